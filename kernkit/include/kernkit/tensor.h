@@ -1,0 +1,481 @@
+/// \file tensor.h
+/// \brief Tensor validation for host launchers: `TensorMatcher` with symbolic sizes, dtypes and
+/// devices.
+///
+/// A launcher describes the tensors it accepts once and verifies every `tvm::ffi::TensorView`
+/// against the description. Named symbolic sizes bind on the first tensor that mentions them and
+/// are checked against every later one; a failure throws a `PanicError` whose message names the
+/// tensor's role, the dimension's name, what was expected and what was found.
+///
+/// Inside a template, give `with_dtype<T>()` last before `verify`: nvcc's front end treats the
+/// chain after a member template call with a dependent argument as dependent, so a later
+/// `.with_device<kDLCUDA>(...)` would need the `template` keyword.
+///
+/// \code
+///   auto N = SymbolicSize{"num_tokens"};
+///   auto D = SymbolicSize{"row_elems"};
+///   auto device = SymbolicDevice{};
+///   TensorMatcher({N, D}).with_device<kDLCUDA>(device).with_dtype<T>()
+///       .verify(dst, "dst").verify(src, "src");
+///   TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>()
+///       .verify(indices, "indices");
+/// \endcode
+#pragma once
+
+#include <kernkit/utils.h>
+
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/container/tensor.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#if defined(__CUDACC__) || defined(KERNKIT_EMU) || __has_include(<cuda_fp16.h>)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#define KERNKIT_HAS_CUDA_TYPES 1
+#endif
+
+namespace kernkit {
+namespace host {
+
+/// \brief The DLPack dtype of the C++ type `T` (undefined for types kernkit does not map).
+template <typename T>
+struct DLDTypeOf;
+
+#define KERNKIT_DEFINE_DLDTYPE(T, CODE, BITS) \
+  template <>                                 \
+  struct DLDTypeOf<T> {                       \
+    static constexpr DLDataType value{static_cast<uint8_t>(CODE), BITS, 1}; \
+  }
+KERNKIT_DEFINE_DLDTYPE(bool, kDLBool, 8);
+KERNKIT_DEFINE_DLDTYPE(int8_t, kDLInt, 8);
+KERNKIT_DEFINE_DLDTYPE(int16_t, kDLInt, 16);
+KERNKIT_DEFINE_DLDTYPE(int32_t, kDLInt, 32);
+KERNKIT_DEFINE_DLDTYPE(int64_t, kDLInt, 64);
+KERNKIT_DEFINE_DLDTYPE(uint8_t, kDLUInt, 8);
+KERNKIT_DEFINE_DLDTYPE(uint16_t, kDLUInt, 16);
+KERNKIT_DEFINE_DLDTYPE(uint32_t, kDLUInt, 32);
+KERNKIT_DEFINE_DLDTYPE(uint64_t, kDLUInt, 64);
+KERNKIT_DEFINE_DLDTYPE(float, kDLFloat, 32);
+KERNKIT_DEFINE_DLDTYPE(double, kDLFloat, 64);
+#if defined(KERNKIT_HAS_CUDA_TYPES)
+KERNKIT_DEFINE_DLDTYPE(__half, kDLFloat, 16);
+KERNKIT_DEFINE_DLDTYPE(__nv_bfloat16, kDLBfloat, 16);
+KERNKIT_DEFINE_DLDTYPE(__nv_fp8_e4m3, kDLFloat8_e4m3fn, 8);
+KERNKIT_DEFINE_DLDTYPE(__nv_fp8_e5m2, kDLFloat8_e5m2, 8);
+#endif
+#undef KERNKIT_DEFINE_DLDTYPE
+
+/// \brief Whether two DLPack dtypes are the same (code, bits and lanes).
+inline bool dtype_equal(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+/// \brief Whether `dtype` denotes the C++ type `T` (e.g. `is_type<fp16_t>(t.dtype())`).
+/// \tparam T A type with a `DLDTypeOf` mapping.
+/// \param dtype The dtype to test.
+/// \return True when they match.
+template <typename T>
+inline bool is_type(DLDataType dtype) {
+  return dtype_equal(dtype, DLDTypeOf<T>::value);
+}
+
+/// \brief A readable name for a DLPack dtype, in torch's spelling (`bfloat16`, `float8_e4m3fn`...).
+inline std::string dtype_name(DLDataType dtype) {
+  std::string base;
+  switch (dtype.code) {
+    case kDLInt: base = "int" + std::to_string(dtype.bits); break;
+    case kDLUInt: base = "uint" + std::to_string(dtype.bits); break;
+    case kDLFloat: base = dtype.bits == 16 ? "float16" : dtype.bits == 32 ? "float32" : "float" + std::to_string(dtype.bits); break;
+    case kDLBfloat: base = "bfloat" + std::to_string(dtype.bits); break;
+    case kDLBool: base = "bool"; break;
+    case kDLFloat8_e4m3fn: base = "float8_e4m3fn"; break;
+    case kDLFloat8_e5m2: base = "float8_e5m2"; break;
+    default: base = "dtype(code=" + std::to_string(dtype.code) + ", bits=" + std::to_string(dtype.bits) + ")";
+  }
+  if (dtype.lanes != 1) base += "x" + std::to_string(dtype.lanes);
+  return base;
+}
+
+/// \brief A readable name for a DLPack device type (`cuda`, `cpu`, ...).
+inline std::string device_type_name(int32_t type) {
+  switch (type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLROCM: return "rocm";
+    default: return "device_type(" + std::to_string(type) + ")";
+  }
+}
+
+namespace detail {
+
+/// Who bound a symbol or failed a check: a role name, or the tensor's position in the matcher.
+/// Kept as a pointer and a number so the passing path allocates nothing.
+struct Who {
+  const char* role = nullptr;
+  int32_t index = 0;
+  std::string str() const {
+    return role ? std::string("'") + role + "'" : "tensor #" + std::to_string(index);
+  }
+};
+
+template <typename Seq>
+inline std::string format_list(const Seq& seq) {
+  std::ostringstream os;
+  os << "[";
+  bool first = true;
+  for (const auto v : seq) {
+    os << (first ? "" : ", ") << v;
+    first = false;
+  }
+  os << "]";
+  return os.str();
+}
+
+/// Under the CPU emulator a launcher that asks for CUDA tensors takes CPU tensors: the same
+/// launcher source serves both backends.
+constexpr int32_t effective_device_type(int32_t requested) {
+#if defined(KERNKIT_EMU)
+  return requested == kDLCUDA ? static_cast<int32_t>(kDLCPU) : requested;
+#else
+  return requested;
+#endif
+}
+
+}  // namespace detail
+
+/// \brief A named integer that binds on first use: a tensor dimension or stride shared between
+/// tensors (e.g. the number of tokens of K, V and the indices).
+class SymbolicSize {
+ public:
+  /// \brief An unbound size with a name used in error messages.
+  /// \param name The dimension's name, e.g. "num_tokens".
+  explicit SymbolicSize(const char* name = "") : name_(name) {}
+  SymbolicSize(const SymbolicSize&) = delete;
+  SymbolicSize& operator=(const SymbolicSize&) = delete;
+
+  /// \brief Pin the value before verification; tensors must then match it.
+  /// \param value The required value.
+  void set_value(int64_t value) {
+    value_ = value;
+    bound_ = true;
+    bound_by_ = detail::Who{"set_value", 0};
+  }
+  /// \brief Whether a value is bound.
+  bool has_value() const { return bound_; }
+  /// \brief The bound value; throws when nothing bound it.
+  /// \return The value.
+  int64_t unwrap() const {
+    if (!bound_) throw PanicError("RuntimeError", std::string("symbolic size '") + name_ + "' was never bound");
+    return value_;
+  }
+  /// \brief The name given at construction.
+  const char* name() const { return name_; }
+
+ private:
+  friend class TensorMatcher;
+  const char* name_;
+  int64_t value_ = 0;
+  bool bound_ = false;
+  detail::Who bound_by_;
+};
+
+/// \brief A dtype that binds on first use, optionally restricted to a set of C++ types.
+class SymbolicDType {
+ public:
+  SymbolicDType() = default;
+  SymbolicDType(const SymbolicDType&) = delete;
+  SymbolicDType& operator=(const SymbolicDType&) = delete;
+
+  /// \brief Restrict the accepted dtypes to those of `Ts`.
+  /// \tparam Ts C++ types with a `DLDTypeOf` mapping (fp16_t, bf16_t, int32_t, ...).
+  template <typename... Ts>
+  SymbolicDType& set_options() {
+    options_ = {DLDTypeOf<Ts>::value...};
+    return *this;
+  }
+  /// \brief Whether a dtype is bound.
+  bool has_value() const { return bound_; }
+  /// \brief The bound dtype; throws when nothing bound it.
+  DLDataType unwrap() const {
+    if (!bound_) throw PanicError("RuntimeError", "symbolic dtype was never bound");
+    return value_;
+  }
+  /// \brief Whether the bound dtype is the C++ type `T`.
+  template <typename T>
+  bool is() const {
+    return bound_ && is_type<T>(value_);
+  }
+
+ private:
+  friend class TensorMatcher;
+  std::vector<DLDataType> options_;
+  DLDataType value_{};
+  bool bound_ = false;
+  detail::Who bound_by_;
+};
+
+/// \brief A device that binds on first use, optionally restricted to device types.
+class SymbolicDevice {
+ public:
+  SymbolicDevice() = default;
+  SymbolicDevice(const SymbolicDevice&) = delete;
+  SymbolicDevice& operator=(const SymbolicDevice&) = delete;
+
+  /// \brief Restrict the accepted device types (e.g. `set_options<kDLCUDA>()`).
+  template <DLDeviceType... Types>
+  SymbolicDevice& set_options() {
+    options_ = {detail::effective_device_type(Types)...};
+    return *this;
+  }
+  /// \brief Whether a device is bound.
+  bool has_value() const { return bound_; }
+  /// \brief The bound device; throws when nothing bound it.
+  DLDevice unwrap() const {
+    if (!bound_) throw PanicError("RuntimeError", "symbolic device was never bound");
+    return value_;
+  }
+
+ private:
+  friend class TensorMatcher;
+  std::vector<int32_t> options_;
+  DLDevice value_{};
+  bool bound_ = false;
+  detail::Who bound_by_;
+};
+
+/// \brief One entry of a shape or stride pattern: a named `SymbolicSize`, a fixed value, or
+/// `-1` (any value).
+class SizePattern {
+ public:
+  /// \brief Any value.
+  SizePattern() : sym_(nullptr), value_(-1) {}
+  /// \brief A fixed value, or any value when negative.
+  SizePattern(int64_t value) : sym_(nullptr), value_(value) {}  // NOLINT(google-explicit-constructor)
+  /// \brief A fixed value given as `int`.
+  SizePattern(int value) : SizePattern(static_cast<int64_t>(value)) {}  // NOLINT(google-explicit-constructor)
+  /// \brief A symbolic size, bound or checked by verification.
+  SizePattern(SymbolicSize& sym) : sym_(&sym), value_(0) {}  // NOLINT(google-explicit-constructor)
+  /// A temporary SymbolicSize would be gone before it is read: keep it in a variable.
+  SizePattern(SymbolicSize&&) = delete;
+
+ private:
+  friend class TensorMatcher;
+  SymbolicSize* sym_;
+  int64_t value_;
+};
+
+/// \brief Fluent description of accepted tensors; `verify` checks one tensor against it.
+///
+/// Strides are required to be contiguous unless `with_strides` gives a pattern. Errors are
+/// `ValueError` (shape, strides, device, rank) and `TypeError` (dtype) in Python. The passing
+/// path allocates nothing; messages are built only on failure.
+class TensorMatcher {
+ public:
+  /// \brief The largest rank a pattern may have.
+  static constexpr int32_t kMaxRank = 8;
+
+  /// \brief Match tensors of this shape pattern (its length is the rank).
+  /// \param shape One entry per dimension.
+  TensorMatcher(std::initializer_list<SizePattern> shape) : rank_(copy(shape, shape_)) {}
+
+  /// \brief Require the dtype to be one of `Ts`.
+  template <typename... Ts>
+  TensorMatcher& with_dtype() {
+    static_assert(sizeof...(Ts) > 0 && sizeof...(Ts) <= kMaxOptions, "with_dtype takes 1 to 8 types");
+    const DLDataType list[] = {DLDTypeOf<Ts>::value...};
+    num_dtypes_ = static_cast<int32_t>(sizeof...(Ts));
+    for (int32_t i = 0; i < num_dtypes_; ++i) dtypes_[i] = list[i];
+    return *this;
+  }
+  /// \brief Require the dtype to be one of `Ts` (or of `sym`'s options when none given), and
+  /// the same for every tensor verified with the same `sym`.
+  template <typename... Ts>
+  TensorMatcher& with_dtype(SymbolicDType& sym) {
+    if constexpr (sizeof...(Ts) > 0) with_dtype<Ts...>();
+    dtype_sym_ = &sym;
+    return *this;
+  }
+  /// \brief Require one of the device types `Types`; with `sym`, also the same device for every
+  /// tensor verified with it.
+  template <DLDeviceType... Types>
+  TensorMatcher& with_device(SymbolicDevice& sym) {
+    with_device<Types...>();
+    device_sym_ = &sym;
+    return *this;
+  }
+  /// \brief Require one of the device types `Types`.
+  template <DLDeviceType... Types>
+  TensorMatcher& with_device() {
+    static_assert(sizeof...(Types) <= kMaxOptions, "with_device takes at most 8 device types");
+    const int32_t list[] = {detail::effective_device_type(Types)..., 0};
+    num_device_types_ = static_cast<int32_t>(sizeof...(Types));
+    for (int32_t i = 0; i < num_device_types_; ++i) device_types_[i] = list[i];
+    return *this;
+  }
+  /// \brief Check strides against a pattern instead of requiring a contiguous tensor.
+  /// \param strides One entry per dimension, in elements.
+  TensorMatcher& with_strides(std::initializer_list<SizePattern> strides) {
+    num_strides_ = copy(strides, strides_);
+    has_strides_ = true;
+    return *this;
+  }
+
+  /// \brief Check `tensor`; throw a `PanicError` naming `role` on the first mismatch.
+  /// \param tensor The tensor to check.
+  /// \param role How error messages name it (the argument's name); defaults to its position.
+  /// \return `*this`, so several tensors can be checked in a chain.
+  const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const {
+    const detail::Who who{role, ++count_};
+    const auto shape = tensor.shape();
+    if (tensor.ndim() != rank_) {
+      fail("ValueError", who, "expected a " + std::to_string(rank_) + "-d tensor, got " +
+                                  std::to_string(tensor.ndim()) + "-d with shape " + detail::format_list(shape));
+    }
+    check_dtype(tensor.dtype(), who);
+    check_device(tensor.device(), who);
+    for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+    if (has_strides_) {
+      if (num_strides_ != rank_) {
+        fail("RuntimeError", who, "stride pattern has " + std::to_string(num_strides_) + " entries for a " +
+                                      std::to_string(rank_) + "-d shape pattern");
+      }
+      const auto strides = tensor.strides();
+      for (int32_t i = 0; i < rank_; ++i) {
+        // The stride of a dimension of size 1 never affects an address; torch reports various
+        // values for it, so a fixed pattern does not apply there.
+        if (shape[i] == 1 && strides_[i].sym_ == nullptr) continue;
+        check_size(strides_[i], strides[i], who, "stride", i, strides);
+      }
+    } else if (!tensor.is_contiguous()) {
+      fail("ValueError", who, "expected a contiguous tensor, got shape " + detail::format_list(shape) +
+                                  " with strides " + detail::format_list(tensor.strides()));
+    }
+    return *this;
+  }
+
+ private:
+  static constexpr int32_t kMaxOptions = 8;
+
+  static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to) {
+    if (from.size() > static_cast<size_t>(kMaxRank)) {
+      throw PanicError("RuntimeError", "TensorMatcher patterns have at most 8 entries");
+    }
+    int32_t n = 0;
+    for (const auto& p : from) to[n++] = p;
+    return n;
+  }
+
+  [[noreturn]] static void fail(const char* kind, const detail::Who& who, const std::string& what) {
+    throw PanicError(kind, who.str() + ": " + what);
+  }
+
+  template <typename Seq>
+  static void check_size(const SizePattern& pat, int64_t actual, const detail::Who& who, const char* what,
+                         int32_t i, const Seq& all) {
+    if (pat.sym_ == nullptr) {
+      if (pat.value_ >= 0 && pat.value_ != actual) {
+        fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " expected " +
+                                    std::to_string(pat.value_) + ", got " + std::to_string(actual) + " (" + what +
+                                    "s " + detail::format_list(all) + ")");
+      }
+      return;
+    }
+    SymbolicSize& sym = *pat.sym_;
+    if (!sym.bound_) {
+      sym.value_ = actual;
+      sym.bound_ = true;
+      sym.bound_by_ = who;
+      return;
+    }
+    if (sym.value_ != actual) {
+      fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " ('" + sym.name_ + "') expected " +
+                                  std::to_string(sym.value_) + " (from " + sym.bound_by_.str() + "), got " +
+                                  std::to_string(actual) + " (" + what + "s " + detail::format_list(all) + ")");
+    }
+  }
+
+  void check_dtype(DLDataType dtype, const detail::Who& who) const {
+    const DLDataType* allowed = dtypes_;
+    int32_t n = num_dtypes_;
+    if (n == 0 && dtype_sym_ != nullptr) {
+      allowed = dtype_sym_->options_.data();
+      n = static_cast<int32_t>(dtype_sym_->options_.size());
+    }
+    if (n > 0) {
+      bool ok = false;
+      for (int32_t i = 0; i < n; ++i) ok = ok || dtype_equal(allowed[i], dtype);
+      if (!ok) {
+        std::string names;
+        for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
+        fail("TypeError", who, "expected dtype " + (n > 1 ? "one of {" + names + "}" : names) + ", got " +
+                                   dtype_name(dtype));
+      }
+    }
+    if (dtype_sym_ != nullptr) {
+      if (!dtype_sym_->bound_) {
+        dtype_sym_->value_ = dtype;
+        dtype_sym_->bound_ = true;
+        dtype_sym_->bound_by_ = who;
+      } else if (!dtype_equal(dtype_sym_->value_, dtype)) {
+        fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
+                                   dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
+      }
+    }
+  }
+
+  void check_device(DLDevice device, const detail::Who& who) const {
+    const int32_t* allowed = device_types_;
+    int32_t n = num_device_types_;
+    if (n == 0 && device_sym_ != nullptr) {
+      allowed = device_sym_->options_.data();
+      n = static_cast<int32_t>(device_sym_->options_.size());
+    }
+    if (n > 0) {
+      bool ok = false;
+      for (int32_t i = 0; i < n; ++i) ok = ok || allowed[i] == device.device_type;
+      if (!ok) {
+        std::string names;
+        for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
+        fail("ValueError", who, "expected a " + names + " tensor, got " + device_type_name(device.device_type));
+      }
+    }
+    if (device_sym_ != nullptr) {
+      if (!device_sym_->bound_) {
+        device_sym_->value_ = device;
+        device_sym_->bound_ = true;
+        device_sym_->bound_by_ = who;
+      } else if (device_sym_->value_.device_type != device.device_type ||
+                 device_sym_->value_.device_id != device.device_id) {
+        fail("ValueError", who, "expected device " + device_type_name(device_sym_->value_.device_type) + ":" +
+                                    std::to_string(device_sym_->value_.device_id) + " (from " +
+                                    device_sym_->bound_by_.str() + "), got " + device_type_name(device.device_type) +
+                                    ":" + std::to_string(device.device_id));
+      }
+    }
+  }
+
+  SizePattern shape_[kMaxRank];
+  int32_t rank_;
+  SizePattern strides_[kMaxRank];
+  int32_t num_strides_ = 0;
+  bool has_strides_ = false;
+  DLDataType dtypes_[kMaxOptions] = {};
+  int32_t num_dtypes_ = 0;
+  SymbolicDType* dtype_sym_ = nullptr;
+  int32_t device_types_[kMaxOptions] = {};
+  int32_t num_device_types_ = 0;
+  SymbolicDevice* device_sym_ = nullptr;
+  mutable int32_t count_ = 0;
+};
+
+}  // namespace host
+}  // namespace kernkit

@@ -1,0 +1,252 @@
+/// \file utils.cuh
+/// \brief Device-side basics and the host kernel launcher: type aliases, `KERNKIT_DEVICE`,
+/// `load_as`/`store_as`, the two halves of Programmatic Dependent Launch, `CHECK_CUDA` and
+/// `LaunchKernel`.
+///
+/// Under the CPU emulation backend (`KERNKIT_EMU` defined, see `kernkit/emu/runtime.h`) the same
+/// names exist; `LaunchKernel` then runs the grid on the CPU and the PDL calls are no-ops.
+#pragma once
+
+#include <kernkit/utils.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/extra/c_env_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+/// \brief Qualifiers for every kernkit device helper: inlined, device-only.
+#define KERNKIT_DEVICE __forceinline__ __device__
+
+namespace kernkit {
+
+/// \brief 32-bit IEEE float.
+using fp32_t = float;
+/// \brief IEEE half precision.
+using fp16_t = __half;
+/// \brief bfloat16.
+using bf16_t = __nv_bfloat16;
+/// \brief 8-bit float, 4 exponent bits, 3 mantissa bits (OCP E4M3, saturating, no infinity).
+using fp8_e4m3_t = __nv_fp8_e4m3;
+/// \brief 8-bit float, 5 exponent bits, 2 mantissa bits (OCP E5M2).
+using fp8_e5m2_t = __nv_fp8_e5m2;
+
+/// \brief Two packed fp32 values.
+using fp32x2_t = float2;
+/// \brief Four packed fp32 values.
+using fp32x4_t = float4;
+/// \brief Two packed fp16 values.
+using fp16x2_t = __half2;
+/// \brief Two packed bf16 values.
+using bf16x2_t = __nv_bfloat162;
+/// \brief Two packed fp8 E4M3 values.
+using fp8x2_e4m3_t = __nv_fp8x2_e4m3;
+/// \brief Two packed fp8 E5M2 values.
+using fp8x2_e5m2_t = __nv_fp8x2_e5m2;
+/// \brief Four packed fp8 E4M3 values.
+using fp8x4_e4m3_t = __nv_fp8x4_e4m3;
+/// \brief Four packed fp8 E5M2 values.
+using fp8x4_e5m2_t = __nv_fp8x4_e5m2;
+
+namespace device {
+
+/// \brief Threads in a warp.
+inline constexpr uint32_t kWarpThreads = 32;
+
+/// \brief Load a `T` from `ptr`, `offset` elements of `T` in.
+/// \tparam T The type to read.
+/// \param ptr Untyped base pointer, aligned for `T`.
+/// \param offset Element offset, in units of `T`.
+/// \return The value read.
+template <typename T>
+KERNKIT_DEVICE T load_as(const void* __restrict__ ptr, int64_t offset = 0) {
+  return static_cast<const T*>(ptr)[offset];
+}
+
+/// \brief Store `value` to `ptr`, `offset` elements of `T` in.
+/// \tparam T The type to write.
+/// \param ptr Untyped base pointer, aligned for `T`.
+/// \param value The value to write.
+/// \param offset Element offset, in units of `T`.
+template <typename T>
+KERNKIT_DEVICE void store_as(void* __restrict__ ptr, const T& value, int64_t offset = 0) {
+  static_cast<T*>(ptr)[offset] = value;
+}
+
+namespace pointer {
+
+/// \brief Advance `ptr` by the sum of `offsets` bytes on the device.
+/// \return The advanced pointer, same constness as `ptr`, as `void*`.
+template <typename P, typename... Offsets>
+KERNKIT_DEVICE auto offset(P* ptr, Offsets... offsets) {
+  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
+  using Void = std::conditional_t<std::is_const_v<P>, const void, void>;
+  return static_cast<Void*>(reinterpret_cast<Byte*>(ptr) + (int64_t{0} + ... + static_cast<int64_t>(offsets)));
+}
+
+}  // namespace pointer
+
+/// \brief Wait until the preceding kernel in the stream has finished and its writes are visible
+/// (`griddepcontrol.wait`). Every read of data the preceding kernel wrote must come after it.
+///
+/// A no-op when `kUsePDL` is false, below sm_90, and under the CPU emulator. Not a barrier.
+/// \tparam kUsePDL Whether the kernel was launched with PDL.
+template <bool kUsePDL>
+KERNKIT_DEVICE void PDLWaitPrimary() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  if constexpr (kUsePDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// \brief Let the next kernel in the stream start early (`griddepcontrol.launch_dependents`).
+///
+/// Carries no memory ordering and publishes nothing. A no-op when `kUsePDL` is false, below
+/// sm_90, and under the CPU emulator. Not a barrier.
+/// \tparam kUsePDL Whether the kernel was launched with PDL.
+template <bool kUsePDL>
+KERNKIT_DEVICE void PDLTriggerSecondary() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  if constexpr (kUsePDL) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+}  // namespace device
+
+namespace host {
+
+namespace detail {
+
+/// \brief Throws a `PanicError` describing a CUDA error when destroyed; built only on failure.
+class CudaPanicStream {
+ public:
+  CudaPanicStream(cudaError_t err, const char* expr, const char* file, int line) {
+    os_ << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") from "
+        << expr << " (" << file << ":" << line << ")";
+  }
+  CudaPanicStream(const CudaPanicStream&) = delete;
+  CudaPanicStream& operator=(const CudaPanicStream&) = delete;
+  template <typename T>
+  CudaPanicStream& operator<<(const T& value) {
+    os_ << (first_ ? ": " : "") << value;
+    first_ = false;
+    return *this;
+  }
+  [[noreturn]] ~CudaPanicStream() noexcept(false) { throw PanicError("RuntimeError", os_.str()); }
+
+ private:
+  std::ostringstream os_;
+  bool first_ = true;
+};
+
+struct CudaVoidify {
+  void operator&(const CudaPanicStream&) const {}
+};
+
+}  // namespace detail
+
+/// \brief Function-style CUDA check: throws `PanicError` when `err` is not `cudaSuccess`.
+/// Prefer `CHECK_CUDA`, which can add context.
+/// \param err The status returned by a CUDA runtime call.
+inline void RuntimeDeviceCheck(cudaError_t err) {
+  if (err != cudaSuccess) {
+    Panic("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+  }
+}
+
+/// \brief Launches a kernel on the caller's current stream and checks the launch.
+///
+/// The stream comes from tvm-ffi's environment: for torch tensors it is the current torch stream
+/// of the tensors' device, so launches follow `torch.cuda.stream(...)` and CUDA-graph capture.
+/// Usage: `LaunchKernel(grid, block, device).enable_pdl(kUsePDL)(kernel, args...);`
+class LaunchKernel {
+ public:
+  /// \brief Configure a launch on `device`'s current stream.
+  /// \param grid Grid dimensions.
+  /// \param block Block dimensions.
+  /// \param device The device the tensors live on.
+  /// \param smem Dynamic shared memory in bytes.
+  LaunchKernel(dim3 grid, dim3 block, DLDevice device, size_t smem = 0)
+      : grid_(grid), block_(block), smem_(smem), stream_(resolve_stream(device)) {}
+
+  /// \brief Configure a launch on an explicit stream.
+  /// \param grid Grid dimensions.
+  /// \param block Block dimensions.
+  /// \param stream The stream to launch on.
+  /// \param smem Dynamic shared memory in bytes.
+  LaunchKernel(dim3 grid, dim3 block, cudaStream_t stream, size_t smem = 0)
+      : grid_(grid), block_(block), smem_(smem), stream_(stream) {}
+
+  /// \brief Launch with Programmatic Dependent Launch (sm_90+) when `enable` is true.
+  /// \param enable Whether to set the programmatic stream serialization attribute.
+  /// \return `*this`, for chaining.
+  LaunchKernel& enable_pdl(bool enable = true) {
+    pdl_ = enable;
+    return *this;
+  }
+
+  /// \brief Launch `kernel` with `args` and throw `PanicError` if the launch fails.
+  /// \param kernel A `__global__` function.
+  /// \param args Its arguments, converted to the kernel's parameter types.
+  template <typename... Params, typename... Args>
+  void operator()(void (*kernel)(Params...), Args&&... args) const {
+    static_assert(sizeof...(Params) == sizeof...(Args), "LaunchKernel: wrong number of kernel arguments");
+#if defined(KERNKIT_EMU)
+    ::kernkit::emu::launch(::kernkit::emu::LaunchConfig{grid_, block_, smem_}, kernel,
+                           static_cast<Params>(std::forward<Args>(args))...);
+#else
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid_;
+    config.blockDim = block_;
+    config.dynamicSmemBytes = smem_;
+    config.stream = stream_;
+    cudaLaunchAttribute attr[1];
+    if (pdl_) {
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+    if (err != cudaSuccess) {
+      Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
+            block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
+            cudaGetErrorString(err), ")");
+    }
+#endif
+  }
+
+ private:
+  static cudaStream_t resolve_stream(DLDevice device) {
+#if defined(KERNKIT_EMU)
+    (void)device;
+    return nullptr;
+#else
+    return static_cast<cudaStream_t>(TVMFFIEnvGetStream(device.device_type, device.device_id));
+#endif
+  }
+
+  dim3 grid_;
+  dim3 block_;
+  size_t smem_;
+  cudaStream_t stream_;
+  bool pdl_ = false;
+};
+
+}  // namespace host
+}  // namespace kernkit
+
+/// \brief Stream-style CUDA check: `CHECK_CUDA(cudaMemsetAsync(...)) << "while clearing";`
+///
+/// Evaluates `expr` once; on an error throws `kernkit::host::PanicError` with the CUDA error
+/// name and text, the expression, file and line, and any streamed context.
+#define CHECK_CUDA(expr)                                                                  \
+  if (const cudaError_t kernkit_cuda_err_ = (expr); kernkit_cuda_err_ == cudaSuccess) { \
+  } else                                                                                  \
+    ::kernkit::host::detail::CudaVoidify() &                                              \
+        ::kernkit::host::detail::CudaPanicStream(kernkit_cuda_err_, #expr, __FILE__, __LINE__)

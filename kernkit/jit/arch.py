@@ -1,0 +1,82 @@
+"""Which CUDA architecture to build for, and what it supports."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .config import ARCH_VAR
+
+
+class ArchError(RuntimeError):
+    """No CUDA architecture could be chosen."""
+
+
+@dataclass(frozen=True, order=True)
+class CudaArch:
+    """A compute capability, e.g. ``CudaArch(9, 0)`` for Hopper."""
+
+    major: int
+    minor: int
+
+    @property
+    def arch_specific(self) -> bool:
+        """Whether kernkit builds the arch-specific target (``sm_90a``, ``sm_100a``...).
+
+        Hopper and later gate their newest instructions (wgmma, setmaxnreg, the tensor memory
+        accelerator paths) behind the ``a`` targets; code built for them runs only on that exact
+        compute capability, which is what a JIT build wants anyway.
+        """
+        return self.major >= 9
+
+    @property
+    def sm(self) -> str:
+        """The target name without prefix: ``90a``, ``89``..."""
+        return f"{self.major}{self.minor}{'a' if self.arch_specific else ''}"
+
+    @property
+    def nvcc_flags(self) -> tuple[str, ...]:
+        """The ``-gencode`` flag for exactly this architecture (one target keeps builds fast)."""
+        return (f"-gencode=arch=compute_{self.sm},code=sm_{self.sm}",)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @classmethod
+    def parse(cls, text: str) -> CudaArch:
+        """Parse ``9.0``, ``9.0a``, ``90``, ``sm_90a``."""
+        t = text.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("a")
+        m = re.fullmatch(r"(\d+)\.(\d+)", t) or re.fullmatch(r"(\d+)(\d)", t)
+        if not m:
+            raise ArchError(f"cannot parse CUDA architecture {text!r}; expected e.g. '9.0' or 'sm_90'")
+        return cls(int(m.group(1)), int(m.group(2)))
+
+
+# One entry per device index; capabilities do not change during a process.
+_device_arch: dict[int, CudaArch] = {}
+
+
+def target_arch() -> CudaArch:
+    """The architecture to build for: the current CUDA device's when one is visible, otherwise
+    ``$KERNKIT_CUDA_ARCH``, otherwise an ``ArchError`` that says how to set it."""
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        arch = _device_arch.get(index)
+        if arch is None:
+            arch = _device_arch[index] = CudaArch(*torch.cuda.get_device_capability(index))
+        return arch
+    text = os.environ.get(ARCH_VAR)
+    if text:
+        return CudaArch.parse(text)
+    raise ArchError(
+        "no CUDA device is visible, so kernkit cannot tell which GPU to build for; set "
+        f"{ARCH_VAR} to the target's compute capability (e.g. {ARCH_VAR}=9.0 for H100/H200)"
+    )
+
+
+def is_arch_support_pdl() -> bool:
+    """Whether the target supports Programmatic Dependent Launch (sm_90 and newer)."""
+    return target_arch().major >= 9

@@ -1,0 +1,215 @@
+"""The on-disk cache of built specializations.
+
+Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit``)::
+
+    v1/<kernel>/<variant>-<key16>/<toolchain12>/   one published build: lib.so, meta.json,
+                                                   the generated sources, build.ninja, build.log
+    v1/.locks/<key16>-<toolchain12>.lock           per-build file lock
+    v1/.staging/...                                builds in progress (private to one process)
+    v1/.failed/<kernel>-<key16>/                   the last failed build of a key, for inspection
+
+``key16`` hashes everything that decides the output except the compilers: the generated
+sources, the content of every header they include (transitively), all flags, the target
+architecture, and the tvm-ffi and kernkit versions. ``toolchain12`` hashes the compilers'
+versions. Splitting the two lets a machine without compilers (a deployment image, or
+``KERNKIT_JIT=off``) load what a build machine published.
+
+A build happens in a private staging directory and is published by one ``rename`` of that
+directory, which is atomic on local file systems and on NFS: a reader sees either no build or a
+complete one. ``meta.json`` records the library's size, mtime and SHA-256, so a library that was
+truncated or overwritten after publishing is detected when it is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm_ffi
+
+from .._version import __version__
+from .build import LIB_NAME, BuildSpec
+from .codegen import PACKAGE_ROOT
+from .config import CACHE_DIR_VAR, cache_dir
+
+LAYOUT = "v1"
+
+
+class CacheDirError(RuntimeError):
+    """The cache directory cannot be created or written."""
+
+
+def key_material(spec: BuildSpec) -> str:
+    """The hash of everything but the toolchain that determines the build (hex, 64 chars)."""
+    h = hashlib.sha256()
+
+    def put(*parts: object) -> None:
+        for p in parts:
+            b = str(p).encode()
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+
+    put("layout", LAYOUT, "kernkit", __version__, "tvm_ffi", tvm_ffi.__version__, "backend", spec.backend)
+    put("arch", spec.arch or "-")
+    for unit in spec.units:
+        put("unit", unit.filename, unit.rule, unit.text)
+    for name in ("cflags", "cuda_cflags", "ldflags", "include_paths", "sanitizers"):
+        put(name, *getattr(spec, name), "|")
+    for path in sorted(spec.deps):
+        try:  # kernkit's own files by their place in the package: keys survive a reinstall
+            ident = path.relative_to(PACKAGE_ROOT).as_posix()
+        except ValueError:
+            ident = str(path)
+        put("dep", ident, spec.deps[path])
+    return h.hexdigest()
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
+
+
+def _readable(text: str, limit: int = 80) -> str:
+    text = _SAFE.sub("_", text).strip("_") or "default"
+    return text[:limit]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where one key lives in the cache."""
+
+    root: Path  # <cache>/v1
+    kernel: str
+    variant: str
+    key: str
+
+    @classmethod
+    def of(cls, spec: BuildSpec, key: str) -> Entry:
+        return cls(cache_dir() / LAYOUT, _readable(spec.kernel), _readable(spec.variant), key)
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.kernel / f"{self.variant}-{self.key[:16]}"
+
+    def build_dir(self, fingerprint: str) -> Path:
+        return self.dir / fingerprint
+
+    def lock_path(self, fingerprint: str) -> Path:
+        return self.root / ".locks" / f"{self.key[:16]}-{fingerprint}.lock"
+
+    def failed_dir(self) -> Path:
+        return self.root / ".failed" / f"{self.kernel}-{self.key[:16]}"
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path``; a permission or space problem becomes a ``CacheDirError`` that says how to
+    move the cache."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheDirError(
+            f"kernkit cannot create its cache directory {path}: {e.strerror or e}; point {CACHE_DIR_VAR} "
+            "at a writable directory"
+        ) from e
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class CorruptBuildError(RuntimeError):
+    """A published library no longer matches the record written when it was published."""
+
+
+def check_published(build_dir: Path) -> dict | None:
+    """The build's metadata if ``build_dir`` holds a published build, None if it holds none.
+    Raises ``CorruptBuildError`` when the library differs from its record. The cheap stat check
+    runs first; only when size or mtime differ is the content hashed (a copied cache with new
+    mtimes still loads)."""
+    try:
+        meta = json.loads((build_dir / "meta.json").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise CorruptBuildError(f"unreadable build record in {build_dir}: {e}") from e
+    lib = build_dir / LIB_NAME
+    try:
+        st = lib.stat()
+    except FileNotFoundError:
+        raise CorruptBuildError(f"{lib} is missing") from None
+    rec = meta.get("lib", {})
+    if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
+        return meta
+    if st.st_size != rec.get("size") or _sha256(lib) != rec.get("sha256"):
+        raise CorruptBuildError(
+            f"{lib} does not match its build record (size {st.st_size}, recorded {rec.get('size')})"
+        )
+    return meta
+
+
+def newest_published(entry: Entry) -> Path | None:
+    """The most recently published build of a key, whatever its toolchain."""
+    try:
+        candidates = [d for d in entry.dir.iterdir() if (d / "meta.json").is_file()]
+    except FileNotFoundError:
+        return None
+    return max(candidates, key=lambda d: (d / "meta.json").stat().st_mtime_ns, default=None)
+
+
+def staging_dir(entry: Entry, fingerprint: str) -> Path:
+    path = entry.root / ".staging" / f"{entry.key[:16]}-{fingerprint}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    ensure_dir(path)
+    return path
+
+
+def publish(staging: Path, entry: Entry, fingerprint: str, meta: dict) -> Path:
+    """Record the library in ``meta.json`` and move the staging directory into place atomically.
+    If another process published first, its build wins and ours is discarded."""
+    lib = staging / LIB_NAME
+    st = lib.stat()
+    meta = {**meta, "lib": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(lib)}}
+    (staging / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    final = entry.build_dir(fingerprint)
+    ensure_dir(final.parent)
+    try:
+        os.rename(staging, final)
+    except OSError:
+        if not (final / "meta.json").is_file():
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def discard(build_dir: Path) -> None:
+    """Move a corrupt build out of the way (rename first, so no reader sees it half-deleted)."""
+    trash = build_dir.parent / f".trash-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(build_dir, trash)
+    except OSError:
+        return
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def keep_failed(staging: Path, entry: Entry) -> Path:
+    """Keep a failed build for inspection (replacing the previous failure of the same key)."""
+    target = entry.failed_dir()
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        ensure_dir(target.parent)
+        os.rename(staging, target)
+        return target
+    except (OSError, CacheDirError):
+        return staging
+
+
+def now() -> float:
+    return time.time()

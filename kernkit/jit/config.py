@@ -1,0 +1,42 @@
+"""Environment variables that steer the JIT layer, read where they are used (so tests and
+launchers may set them at run time)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Root of the on-disk cache of built specializations.
+CACHE_DIR_VAR = "KERNKIT_CACHE_DIR"
+#: ``off`` forbids compiling: only specializations already in the cache load.
+JIT_VAR = "KERNKIT_JIT"
+#: CUDA architecture to build for when no GPU is visible, e.g. ``9.0``.
+ARCH_VAR = "KERNKIT_CUDA_ARCH"
+#: Extra flags for the CPU emulation backend: ``1``/``address,undefined`` enable sanitizers.
+EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
+
+
+def cache_dir() -> Path:
+    """The cache root: ``$KERNKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kernkit``, else
+    ``~/.cache/kernkit``."""
+    explicit = os.environ.get(CACHE_DIR_VAR)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernkit"
+
+
+def jit_enabled() -> bool:
+    """False when ``KERNKIT_JIT`` is ``off``/``0``/``false``/``no``: nothing may be compiled."""
+    return os.environ.get(JIT_VAR, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def emu_sanitizers() -> tuple[str, ...]:
+    """Sanitizers for CPU-emulation builds (``KERNKIT_EMU_SANITIZE``): ``1`` means address and
+    undefined; a comma list names them; empty or ``0`` means none."""
+    value = os.environ.get(EMU_SANITIZE_VAR, "").strip().lower()
+    if value in ("", "0", "off", "no", "false"):
+        return ()
+    if value in ("1", "on", "yes", "true"):
+        return ("address", "undefined")
+    return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))

@@ -11,7 +11,7 @@ from .arch import ArchError, CudaArch, is_arch_support_pdl, target_arch
 from .args import CppArgs, make_cpp_args
 from .build import CompileError
 from .cache import CacheDirError
-from .core import JitDisabledError, load_jit
+from .core import JitDisabledError, JitRequest, load_jit
 from .memo import cache_once
 from .toolchain import ToolchainError
 
@@ -22,6 +22,7 @@ __all__ = [
     "CppArgs",
     "CudaArch",
     "JitDisabledError",
+    "JitRequest",
     "ToolchainError",
     "cache_once",
     "is_arch_support_pdl",

@@ -7,6 +7,7 @@ import os
 import socket
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
@@ -107,6 +108,35 @@ def make_spec(
     )
 
 
+@dataclass(frozen=True)
+class JitRequest:
+    """A ``load_jit`` call kept as data: ops describe the specializations a model needs with
+    these, so they can be built ahead of time (``python -m kernkit.jit warmup``) or loaded."""
+
+    marker: tuple[str, ...]
+    options: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def make(cls, *marker: object, **options: object) -> JitRequest:
+        frozen = {k: tuple(map(tuple, v)) if k.endswith("wrappers") else
+                  (v if isinstance(v, str) else tuple(v)) for k, v in options.items()}
+        return cls(tuple(str(m) for m in marker), tuple(sorted(frozen.items())))
+
+    @property
+    def title(self) -> str:
+        return self.marker[0] + (f"<{', '.join(self.marker[1:])}>" if len(self.marker) > 1 else "")
+
+    def spec(self) -> BuildSpec:
+        return make_spec(self.marker, **dict(self.options))  # type: ignore[arg-type]
+
+    def load(self) -> tvm_ffi.Module:
+        return load_spec(self.spec())
+
+    def build(self) -> Path:
+        """Make sure the library is in the disk cache (compiling if needed) without loading it."""
+        return ensure_built(self.spec())
+
+
 def load_jit(
     *marker: object,
     cuda_files: Sequence[str] = (),
@@ -147,8 +177,7 @@ def load_jit(
     return load_spec(spec)
 
 
-def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
-    """Load a described build, compiling it first when it is not in the cache."""
+def _resolve(spec: BuildSpec) -> tuple[cache.Entry, Toolchain | None, ToolchainError | None, str, bool]:
     key = cache.key_material(spec)
     entry = cache.Entry.of(spec, key)
     allow_build = jit_enabled()
@@ -160,7 +189,18 @@ def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
         tc_error = e
     # With KERNKIT_JIT=off, or no compiler here, any published toolchain variant will do.
     fingerprint = tc.fingerprint() if (tc is not None and allow_build) else "*"
-    mem_key = (key, fingerprint)
+    return entry, tc, tc_error, fingerprint, allow_build
+
+
+def ensure_built(spec: BuildSpec) -> Path:
+    """The published library of ``spec``, compiled first if needed; nothing is loaded."""
+    return _find_or_build(spec, *_resolve(spec))
+
+
+def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
+    """Load a described build, compiling it first when it is not in the cache."""
+    entry, tc, tc_error, fingerprint, allow_build = _resolve(spec)
+    mem_key = (entry.key, fingerprint)
     module = _modules.get(mem_key)
     if module is not None:
         return module

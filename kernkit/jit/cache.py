@@ -137,7 +137,7 @@ def check_published(build_dir: Path) -> dict | None:
     mtimes still loads)."""
     try:
         meta = json.loads((build_dir / "meta.json").read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError) as e:
         raise CorruptBuildError(f"unreadable build record in {build_dir}: {e}") from e

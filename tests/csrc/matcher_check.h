@@ -1,0 +1,51 @@
+// Host-only launchers that exercise TensorMatcher on CPU tensors (tests/test_tensor_matcher.py).
+#pragma once
+
+#include <kernkit/tensor.h>
+#include <kernkit/utils.h>
+
+#include <tvm/ffi/container/tensor.h>
+
+namespace kernkit {
+
+/// Two [N, kD] float32/int64 tensors on one CPU device, contiguous.
+template <int64_t kD>
+void match_pair(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
+  using namespace host;
+  SymbolicSize N{"num_tokens"};
+  SymbolicDevice device;
+  TensorMatcher({N, kD}).with_device<kDLCPU>(device).with_dtype<float, int64_t>().verify(a, "a").verify(b, "b");
+}
+
+/// A [N, D] row-strided view (any row stride, unit element stride) and its 1-D int32 index of
+/// length N; returns the bound row stride.
+inline int64_t match_strided(tvm::ffi::TensorView rows, tvm::ffi::TensorView index) {
+  using namespace host;
+  SymbolicSize N{"num_rows"}, D{"row_elems"}, S{"row_stride"};
+  SymbolicDType dtype;
+  dtype.set_options<float, double>();
+  TensorMatcher({N, D}).with_strides({S, 1}).with_device<kDLCPU>().with_dtype(dtype).verify(rows, "rows");
+  TensorMatcher({N}).with_dtype<int32_t>().verify(index, "index");
+  return S.unwrap();
+}
+
+/// A dtype bound by the first tensor and required of the second.
+inline void match_same_dtype(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
+  using namespace host;
+  SymbolicDType dtype;
+  TensorMatcher({-1}).with_dtype(dtype).verify(a, "a");
+  TensorMatcher({-1}).with_dtype(dtype).verify(b, "b");
+}
+
+/// Unnamed tensors are reported by position.
+inline void match_unnamed(tvm::ffi::TensorView a) {
+  host::TensorMatcher({4}).verify(a);
+}
+
+/// CHECK_HOST with a streamed message; the message is built only on failure.
+inline int64_t check_positive(int64_t n) {
+  CHECK_HOST(n > 0) << "n must be positive, got " << n;
+  return host::div_ceil(n, int64_t{8});
+}
+
+}  // namespace kernkit

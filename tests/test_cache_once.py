@@ -1,0 +1,100 @@
+"""cache_once: memoization that is thread-safe and computes each key once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kernkit.jit import cache_once
+
+
+def test_hit_returns_the_same_object_and_keys_include_kwargs():
+    calls = []
+
+    @cache_once
+    def factory(a, b=0):
+        calls.append((a, b))
+        return object()
+
+    first = factory(1)
+    assert factory(1) is first
+    assert factory(1, b=2) is not first
+    assert factory(1, b=2) is factory(1, b=2)
+    assert calls == [(1, 0), (1, 2)]
+
+
+def test_two_threads_asking_for_one_cold_key_compute_it_once():
+    calls = []
+    started = threading.Barrier(8)
+
+    @cache_once
+    def slow(key):
+        calls.append(key)
+        time.sleep(0.2)  # long enough that every thread arrives while the first computes
+        return [key]
+
+    results = [None] * 8
+
+    def worker(i):
+        started.wait()
+        results[i] = slow("cold")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["cold"]
+    assert all(r is results[0] for r in results)
+
+
+def test_different_keys_do_not_wait_for_each_other():
+    gate = threading.Event()
+
+    @cache_once
+    def f(key):
+        if key == "blocked":
+            gate.wait(5)
+        return key
+
+    t = threading.Thread(target=f, args=("blocked",))
+    t.start()
+    start = time.perf_counter()
+    assert f("free") == "free"
+    assert time.perf_counter() - start < 1.0
+    gate.set()
+    t.join()
+
+
+def test_exceptions_are_not_cached():
+    attempts = []
+
+    @cache_once
+    def flaky(x):
+        attempts.append(x)
+        if len(attempts) == 1:
+            raise RuntimeError("first call fails")
+        return x
+
+    with pytest.raises(RuntimeError):
+        flaky(3)
+    assert flaky(3) == 3
+    assert attempts == [3, 3]
+
+
+def test_traced_by_torch_compile_without_graph_break():
+    torch = pytest.importorskip("torch")
+
+    @cache_once
+    def scale_for(dtype):
+        return 2.0 if dtype == torch.float32 else 3.0
+
+    def fn(x):
+        return x * scale_for(x.dtype)
+
+    scale_for(torch.float32)  # warm, as a module factory would be
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    x = torch.ones(4)
+    assert torch.equal(compiled(x), x * 2.0)

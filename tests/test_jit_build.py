@@ -1,0 +1,213 @@
+"""The build and the disk cache: real compiles of small modules, cache keys, warm loads in fresh
+processes without compilers, concurrent cold builds, compile errors and production mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import CSRC, REPO
+from kernkit.jit import CompileError, JitDisabledError, load_jit, make_cpp_args
+from kernkit.jit import cache as jit_cache
+from kernkit.jit.core import make_spec
+
+HOST_SRC = """\
+#pragma once
+#include <kernkit/utils.h>
+#include "{dep}"
+namespace kernkit {{
+inline int64_t answer(int64_t x) {{ return x + kOffset; }}
+}}
+"""
+
+
+def _write_user_kernel(tmp: Path, offset: int = 1) -> Path:
+    (tmp / "dep.h").write_text(f"#pragma once\n#include <cstdint>\nconstexpr int64_t kOffset = {offset};\n")
+    src = tmp / "answer.h"
+    src.write_text(HOST_SRC.format(dep="dep.h"))
+    return src
+
+
+def _spec(src: Path):
+    return make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+
+
+def _run_python(code: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=str(REPO),
+    )
+
+
+def test_key_follows_header_content_not_mtime(tmp_path):
+    src = _write_user_kernel(tmp_path, offset=1)
+    key = jit_cache.key_material(_spec(src))
+    dep = tmp_path / "dep.h"
+    st = dep.stat()
+    os.utime(dep, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    assert jit_cache.key_material(_spec(src)) == key, "an mtime change must not change the key"
+    dep.write_text(dep.read_text().replace("= 1;", "= 2;"))
+    assert jit_cache.key_material(_spec(src)) != key, "a content change of an included header must"
+
+
+def test_key_covers_flags_backend_and_wrappers(tmp_path):
+    src = _write_user_kernel(tmp_path)
+    base = jit_cache.key_material(_spec(src))
+    flagged = make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")], extra_cflags=["-O3"])
+    renamed = make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("other", "answer")])
+    assert len({base, jit_cache.key_material(flagged), jit_cache.key_material(renamed)}) == 3
+
+
+def test_build_then_warm_load_in_a_fresh_process_without_any_compiler(tmp_path, fresh_cache):
+    src = _write_user_kernel(tmp_path, offset=41)
+    mod = load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+    assert mod.answer(1) == 42
+    published = list((fresh_cache / "v1" / "answer").glob("*/*/lib.so"))
+    assert len(published) == 1
+    meta = json.loads((published[0].parent / "meta.json").read_text())
+    assert meta["title"] == "answer" and meta["lib"]["size"] == published[0].stat().st_size
+
+    # No compiler anywhere: PATH without one, CUDA_HOME and CXX pointing at nothing, and any
+    # attempt to start a subprocess fails the child.
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "CUDA_HOME": str(tmp_path / "no-cuda"), "CXX": str(empty / "c++")}
+    code = f"""
+        import subprocess, time
+        def forbidden(*a, **k):
+            raise AssertionError("the warm path started a subprocess: %r" % (a,))
+        subprocess.Popen = forbidden
+        from kernkit.jit import load_jit
+        t = time.perf_counter()
+        mod = load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")])
+        print("LOAD_MS", (time.perf_counter() - t) * 1e3)
+        print("RESULT", mod.answer(1))
+    """
+    proc = _run_python(code, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT 42" in proc.stdout
+
+
+def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fresh_cache):
+    src = _write_user_kernel(tmp_path, offset=7)
+    count = tmp_path / "compiles.txt"
+    wrapper = tmp_path / "counting-c++"
+    wrapper.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -c "*) echo compile >> "{count}";; esac\nexec c++ "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    env = {**os.environ, "CXX": str(wrapper)}
+    code = f"""
+        from kernkit.jit import load_jit
+        mod = load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")])
+        assert mod.answer(1) == 8
+        print("OK")
+    """
+    procs = [
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=str(REPO),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert all("OK" in o[0] for o in outs)
+    assert count.read_text().splitlines() == ["compile"]
+    assert len(list((fresh_cache / "v1" / "answer").glob("*/*/lib.so"))) == 1
+    assert not any((fresh_cache / "v1" / ".staging").iterdir())
+
+
+def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_cache):
+    bad = tmp_path / "broken.h"
+    bad.write_text("#pragma once\nnamespace kernkit {\ninline int broken() { return undeclared_name; }\n}\n")
+    with pytest.raises(CompileError) as info:
+        load_jit("broken", 3, cpp_files=[str(bad)], cpp_wrappers=[("broken", "broken")])
+    err = info.value
+    assert err.spec == "broken<3>"
+    assert Path(err.source).is_file() and "TVM_FFI_DLL_EXPORT_TYPED_FUNC(broken, (broken));" in Path(err.source).read_text()
+    assert "-c host.cc" in err.command and "c++" in err.command
+    assert any("undeclared_name" in line for line in err.errors)
+    text = str(err)
+    assert "broken<3>" in text and err.source in text and "undeclared_name" in text
+    assert not (fresh_cache / "v1" / "broken").exists(), "a failed build must not be published"
+
+
+def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, monkeypatch):
+    src = _write_user_kernel(tmp_path, offset=2)
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(host, key [0-9a-f]{16}\) is not in the cache.*warmup"):
+        load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+    assert not (fresh_cache / "v1" / "answer").exists()
+    monkeypatch.delenv("KERNKIT_JIT")
+    load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    env = dict(os.environ)
+    proc = _run_python(
+        f"""
+        from kernkit.jit import load_jit
+        print(load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")]).answer(5))
+        """,
+        env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "7"
+
+
+def test_damaged_library_is_detected_and_rebuilt_with_a_warning(tmp_path, fresh_cache):
+    src = _write_user_kernel(tmp_path, offset=3)
+    load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+    (lib,) = (fresh_cache / "v1" / "answer").glob("*/*/lib.so")
+    lib.write_bytes(lib.read_bytes()[: lib.stat().st_size // 2])
+    proc = _run_python(
+        f"""
+        import warnings
+        warnings.simplefilter("always")
+        from kernkit.jit import load_jit
+        print(load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")]).answer(1))
+        """,
+        dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "4"
+    assert "discarding a damaged cache entry" in proc.stderr
+
+
+def test_unwritable_cache_dir_names_the_directory_and_the_variable(tmp_path, monkeypatch):
+    if os.geteuid() == 0:
+        blocker = tmp_path / "file-not-dir"
+        blocker.write_text("")
+        target = blocker / "cache"  # a path below a regular file cannot be created, even by root
+    else:
+        target = tmp_path / "ro" / "cache"
+        (tmp_path / "ro").mkdir(mode=0o500)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(target))
+    src = _write_user_kernel(tmp_path, offset=9)
+    with pytest.raises(jit_cache.CacheDirError, match=rf"{target}.*KERNKIT_CACHE_DIR"):
+        load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+
+
+@pytest.mark.parametrize("add", [1, 5])
+def test_nvcc_builds_a_cuda_template_for_sm90_that_loads(add):
+    args = make_cpp_args(torch.float16, add)
+    start = time.perf_counter()
+    mod = load_jit(
+        "tiny_add", *args, cuda_files=[str(CSRC / "tiny_add.cuh")], cuda_wrappers=[("tiny_add", f"TinyAdd<{args}>::run")]
+    )
+    print(f"tiny_add<{args}>: {time.perf_counter() - start:.2f} s")
+    assert callable(mod.tiny_add)
+    if torch.cuda.is_available():
+        x = torch.zeros(1000, dtype=torch.float16, device="cuda")
+        mod.tiny_add(x)
+        assert torch.equal(x, torch.full_like(x, add))
+    else:
+        with pytest.raises(ValueError, match=r"'x': expected a cuda tensor, got cpu"):
+            mod.tiny_add(torch.zeros(4, dtype=torch.float16))
+        with pytest.raises(TypeError, match=r"'x': expected dtype float16, got float32"):
+            mod.tiny_add(torch.zeros(4))

@@ -1,0 +1,95 @@
+"""TensorMatcher through a host-only C++ module on CPU tensors: every kind of mismatch, and the
+message naming the tensor's role, the dimension and the expected and actual values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import CSRC
+from kernkit.jit import load_jit
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return load_jit(
+        "test_matcher",
+        cpp_files=[str(CSRC / "matcher_check.h")],
+        cpp_wrappers=[
+            ("match_pair", "match_pair<4>"),
+            ("match_strided", "match_strided"),
+            ("match_same_dtype", "match_same_dtype"),
+            ("match_unnamed", "match_unnamed"),
+            ("check_positive", "check_positive"),
+        ],
+    )
+
+
+def test_matching_tensors_pass(mod):
+    a = torch.zeros(3, 4)
+    mod.match_pair(a, torch.ones(3, 4))
+    mod.match_pair(torch.zeros(0, 4, dtype=torch.int64), torch.zeros(0, 4))
+
+
+def test_fixed_dimension_mismatch(mod):
+    with pytest.raises(ValueError, match=r"'b': dimension 1 expected 4, got 5 \(dimensions \[3, 5\]\)"):
+        mod.match_pair(torch.zeros(3, 4), torch.zeros(3, 5))
+
+
+def test_symbolic_dimension_bound_by_first_tensor(mod):
+    with pytest.raises(ValueError, match=r"'b': dimension 0 \('num_tokens'\) expected 3 \(from 'a'\), got 2"):
+        mod.match_pair(torch.zeros(3, 4), torch.zeros(2, 4))
+
+
+def test_rank_mismatch(mod):
+    with pytest.raises(ValueError, match=r"'a': expected a 2-d tensor, got 1-d with shape \[4\]"):
+        mod.match_pair(torch.zeros(4), torch.zeros(3, 4))
+
+
+def test_dtype_not_in_options_is_a_type_error(mod):
+    with pytest.raises(TypeError, match=r"'b': expected dtype one of \{float32, int64\}, got int32"):
+        mod.match_pair(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.int32))
+
+
+def test_non_contiguous_rejected_without_stride_pattern(mod):
+    with pytest.raises(ValueError, match=r"'b': expected a contiguous tensor, got shape \[3, 4\] with strides \[1, 3\]"):
+        mod.match_pair(torch.zeros(3, 4), torch.zeros(4, 3).t())
+
+
+def test_stride_pattern_binds_symbolic_row_stride(mod):
+    base = torch.zeros(5, 10, dtype=torch.float64)
+    rows = base[:, 2:6]  # row stride 10, unit element stride
+    assert mod.match_strided(rows, torch.zeros(5, dtype=torch.int32)) == 10
+
+
+def test_stride_pattern_fixed_entry_mismatch(mod):
+    cols = torch.zeros(4, 5).t()  # element stride 4 where 1 is required
+    with pytest.raises(ValueError, match=r"'rows': stride 1 expected 1, got 5"):
+        mod.match_strided(cols, torch.zeros(5, dtype=torch.int32))
+
+
+def test_symbolic_dtype_options(mod):
+    with pytest.raises(TypeError, match=r"'rows': expected dtype one of \{float32, float64\}, got float16"):
+        mod.match_strided(torch.zeros(2, 2, dtype=torch.float16), torch.zeros(2, dtype=torch.int32))
+
+
+def test_shared_symbol_across_matchers(mod):
+    with pytest.raises(ValueError, match=r"'index': dimension 0 \('num_rows'\) expected 5 \(from 'rows'\), got 4"):
+        mod.match_strided(torch.zeros(5, 3), torch.zeros(4, dtype=torch.int32))
+
+
+def test_symbolic_dtype_bound_by_first_tensor(mod):
+    mod.match_same_dtype(torch.zeros(2, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match=r"'b': expected dtype bfloat16 \(from 'a'\), got float32"):
+        mod.match_same_dtype(torch.zeros(2, dtype=torch.bfloat16), torch.zeros(3))
+
+
+def test_unnamed_tensor_is_reported_by_position(mod):
+    with pytest.raises(ValueError, match=r"tensor #1: dimension 0 expected 4, got 3"):
+        mod.match_unnamed(torch.zeros(3))
+
+
+def test_check_host_streams_its_message_only_on_failure(mod):
+    assert mod.check_positive(17) == 3
+    with pytest.raises(RuntimeError, match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -2"):
+        mod.check_positive(-2)

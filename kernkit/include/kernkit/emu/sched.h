@@ -360,8 +360,8 @@ inline void on_exit(Worker& w) {
     const Fiber& g = lane_fiber(w, warp, l);
     if (g.mask & bit) {
       std::ostringstream os;
-      os << "exited while lane " << l << " waits for it at " << g.site << " with mask 0x" << std::hex << g.mask
-         << std::dec << ": lane " << lane << " (" << fiber_name(f) << ") exited without reaching it";
+      os << "lane " << lane << " exited without reaching " << g.site << " (mask 0x" << std::hex << g.mask << std::dec
+         << ") where lane " << l << " waits for it (divergent warp)";
       fail(os.str());
     }
   }

@@ -1,0 +1,262 @@
+/// \file rows.cuh
+/// \brief Shared pieces of the row-moving kernels (store_cache, indexing): raw vector types of
+/// 1 to 16 bytes, the thread layout that covers one row, and the host-side validation of "a
+/// tensor of rows" (2-d `[rows, elems]` or 3-d `[rows, heads, head_dim]`, contiguous within a
+/// row, any row stride).
+///
+/// The kernels move bytes, never values: a row of `kRowBytes` bytes is copied as
+/// `kRowBytes / kVec` vectors of `kVec` bytes, so one specialization serves every dtype of the
+/// same element size (fp16 and bf16 share code, so do fp32 and int32).
+#pragma once
+
+#include <kernkit/tensor.h>
+#include <kernkit/utils.cuh>
+#include <kernkit/utils.h>
+
+#include <dlpack/dlpack.h>
+#include <tvm/ffi/container/tensor.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#if defined(__CUDACC__)
+#define KERNKIT_ROWS_UNROLL _Pragma("unroll")
+#else
+#define KERNKIT_ROWS_UNROLL
+#endif
+
+namespace kernkit {
+namespace device {
+namespace rows {
+
+/// \brief Threads per block of every row-moving kernel.
+inline constexpr uint32_t kBlockThreads = 128;
+
+/// \brief The register type that moves `kBytes` bytes in one access.
+/// \tparam kBytes 1, 2, 4, 8 or 16.
+template <int32_t kBytes>
+struct RawVec;
+template <>
+struct RawVec<16> {
+  using type = uint4;
+};
+template <>
+struct RawVec<8> {
+  using type = uint2;
+};
+template <>
+struct RawVec<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawVec<2> {
+  using type = uint16_t;
+};
+template <>
+struct RawVec<1> {
+  using type = uint8_t;
+};
+
+/// \brief `RawVec<kBytes>::type`.
+template <int32_t kBytes>
+using raw_vec_t = typename RawVec<kBytes>::type;
+
+/// \brief Smallest power of two >= x (x >= 1).
+constexpr int64_t pow2_ceil(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+/// \brief How the threads of a kernel cover one row.
+///
+/// A row is `kChunks` vectors of `kVec` bytes. Short rows (at most 32 vectors) get a group of
+/// threads of the next power of two, one vector each, so several rows share a warp and no lane
+/// loops. Longer rows get at least a whole warp; each thread moves at most `kMaxPerThread`
+/// vectors per tensor (the bytes it keeps in flight), and rows too long for that are split over
+/// several warps (up to a whole block). Vector `j` of a row is moved by thread `j % kGroup` of
+/// its group, so every access of a warp is contiguous.
+/// \tparam kRowBytes Bytes per row.
+/// \tparam kVec Bytes per access; divides `kRowBytes`.
+/// \tparam kMaxPerThread Vectors per thread and tensor before the row is split further.
+template <int64_t kRowBytes, int32_t kVec, int32_t kMaxPerThread>
+struct RowLayout {
+  static_assert(kRowBytes > 0 && kRowBytes % kVec == 0, "the vector width must divide the row");
+  static_assert(kMaxPerThread >= 1, "kMaxPerThread must be positive");
+  /// Vectors per row.
+  static constexpr int64_t kChunks = kRowBytes / kVec;
+  /// Threads per row: a power of two dividing the block.
+  static constexpr int64_t kGroup =
+      kChunks <= 32 ? pow2_ceil(kChunks)
+                    : (pow2_ceil((kChunks + kMaxPerThread - 1) / kMaxPerThread) < 32
+                           ? 32
+                           : (pow2_ceil((kChunks + kMaxPerThread - 1) / kMaxPerThread) > kBlockThreads
+                                  ? kBlockThreads
+                                  : pow2_ceil((kChunks + kMaxPerThread - 1) / kMaxPerThread)));
+  /// Vectors each thread moves per tensor (the last ones guarded when the row is ragged).
+  static constexpr int64_t kIters = (kChunks + kGroup - 1) / kGroup;
+  /// Whether every thread's vectors all lie inside the row (no bounds test needed).
+  static constexpr bool kExact = kChunks % kGroup == 0;
+  /// Vectors loaded before the first store, per tensor.
+  static constexpr int64_t kBatch = kIters < kMaxPerThread ? kIters : kMaxPerThread;
+  /// Rows covered by one block.
+  static constexpr int64_t kRowsPerBlock = kBlockThreads / kGroup;
+  static_assert(kBlockThreads % kGroup == 0, "a row group must divide the block");
+};
+
+/// \brief Read-only load through the non-coherent path when compiled for the GPU.
+template <typename V>
+KERNKIT_DEVICE V load_ro(const V* __restrict__ ptr) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(ptr);
+#else
+  return *ptr;
+#endif
+}
+
+/// \brief An all-zero vector.
+template <typename V>
+KERNKIT_DEVICE V zero_vec() {
+  V v;
+  if constexpr (std::is_integral_v<V>) {
+    v = 0;
+  } else if constexpr (sizeof(V) == 8) {
+    v.x = 0u;
+    v.y = 0u;
+  } else {
+    v.x = 0u;
+    v.y = 0u;
+    v.z = 0u;
+    v.w = 0u;
+  }
+  return v;
+}
+
+/// \brief Load index `i` of an int32 or int64 index array, widened to int64.
+KERNKIT_DEVICE int64_t load_index(const void* __restrict__ indices, bool is_int64, int64_t i) {
+  return is_int64 ? load_ro(static_cast<const int64_t*>(indices) + i)
+                  : static_cast<int64_t>(load_ro(static_cast<const int32_t*>(indices) + i));
+}
+
+}  // namespace rows
+}  // namespace device
+
+namespace host {
+namespace rows {
+
+/// \brief Restrict `dtype` to the dtypes kernkit knows with elements of `kElemBytes` bytes.
+template <int32_t kElemBytes>
+inline void set_dtypes_of_size(SymbolicDType& dtype) {
+  static_assert(kElemBytes == 1 || kElemBytes == 2 || kElemBytes == 4 || kElemBytes == 8,
+                "rows of 1-, 2-, 4- or 8-byte elements");
+  if constexpr (kElemBytes == 1) {
+    dtype.set_options<fp8_e4m3_t, fp8_e5m2_t, int8_t, uint8_t>();
+  } else if constexpr (kElemBytes == 2) {
+    dtype.set_options<bf16_t, fp16_t, int16_t, uint16_t>();
+  } else if constexpr (kElemBytes == 4) {
+    dtype.set_options<fp32_t, int32_t, uint32_t>();
+  } else {
+    dtype.set_options<double, int64_t, uint64_t>();
+  }
+}
+
+/// \brief The shape of a row shared by tensors that must agree on it (e.g. K and V): the rank
+/// the first one had and, for 3-d tensors, its heads and head_dim.
+struct RowShape {
+  /// The first tensor's rank (0 before any).
+  int32_t ndim = 0;
+  /// The first tensor's role, for messages.
+  const char* first = nullptr;
+  /// Heads of 3-d tensors.
+  SymbolicSize heads{"heads"};
+  /// Elements per head of 3-d tensors.
+  SymbolicSize head_dim{"head_dim"};
+  /// Elements per row of 2-d tensors.
+  SymbolicSize elems{"row_elems"};
+};
+
+/// \brief The address of a tensor's first element (data pointer plus byte offset).
+inline void* data_address(const tvm::ffi::TensorView& t) {
+  return static_cast<char*>(t.data_ptr()) + t.byte_offset();
+}
+
+/// \brief Where a verified tensor of rows lives.
+struct RowsView {
+  /// First byte of row 0.
+  void* data;
+  /// Bytes between consecutive rows.
+  int64_t row_stride_bytes;
+};
+
+/// \brief Verify a tensor of `rows` rows of `kRowElems` elements: 2-d `[rows, kRowElems]` or
+/// 3-d `[rows, heads, head_dim]` with `heads * head_dim == kRowElems`, contiguous within a row,
+/// any row stride; the dtype bound to `dtype` and the device to `device`. Tensors verified with
+/// the same `shape` must have the same rank and (3-d) the same heads and head_dim.
+/// \param t The tensor.
+/// \param role Its argument name, used by every error message.
+/// \param num_rows Binds or checks the number of rows.
+/// \param shape Binds or checks the row's shape.
+/// \param dtype Binds or checks the dtype (its options restrict it).
+/// \param device Binds or checks the device.
+/// \return The data pointer and the row stride in bytes.
+template <int64_t kRowElems>
+inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_rows, RowShape& shape,
+                            SymbolicDType& dtype, SymbolicDevice& device) {
+  const int32_t ndim = static_cast<int32_t>(t.ndim());
+  KERNKIT_CHECK_KIND(ndim == 2 || ndim == 3, "ValueError")
+      << "'" << role << "': expected a 2-d [rows, " << kRowElems << "] or 3-d [rows, heads, head_dim] tensor, got "
+      << ndim << "-d";
+  if (shape.ndim == 0) {
+    shape.ndim = ndim;
+    shape.first = role;
+  }
+  KERNKIT_CHECK_KIND(ndim == shape.ndim, "ValueError")
+      << "'" << role << "': expected a " << shape.ndim << "-d tensor like '" << shape.first << "', got " << ndim
+      << "-d";
+  SymbolicSize row_stride{"row_stride"};
+  if (ndim == 2) {
+    TensorMatcher({num_rows, shape.elems})
+        .with_strides({row_stride, 1})
+        .with_device<kDLCUDA>(device)
+        .with_dtype(dtype)
+        .verify(t, role);
+    KERNKIT_CHECK_KIND(shape.elems.unwrap() == kRowElems, "ValueError")
+        << "'" << role << "': rows of " << shape.elems.unwrap() << " elements, but this kernel was built for "
+        << kRowElems;
+  } else {
+    TensorMatcher({num_rows, shape.heads, shape.head_dim})
+        .with_strides({row_stride, shape.head_dim, 1})
+        .with_device<kDLCUDA>(device)
+        .with_dtype(dtype)
+        .verify(t, role);
+    KERNKIT_CHECK_KIND(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, "ValueError")
+        << "'" << role << "': rows of " << shape.heads.unwrap() << " x " << shape.head_dim.unwrap()
+        << " elements, but this kernel was built for " << kRowElems;
+  }
+  // The stride of a single row never forms an address; report the packed one so that it does
+  // not narrow the vector width.
+  const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
+  const int64_t stride = num_rows.unwrap() <= 1 ? kRowElems : row_stride.unwrap();
+  KERNKIT_CHECK_KIND(stride >= 0, "ValueError") << "'" << role << "': negative row stride " << stride;
+  return RowsView{data_address(t), stride * elem_bytes};
+}
+
+/// \brief The widest access (a power of two <= `max_vec`) that every address and stride
+/// allows: the lowest set bit of all of them.
+/// \param max_vec The widest access the row size allows.
+/// \param bits The pointers and byte strides, OR-ed together.
+inline int32_t vec_width(int32_t max_vec, uint64_t bits) {
+  bits |= static_cast<uint64_t>(max_vec);
+  return static_cast<int32_t>(bits & (~bits + 1));
+}
+
+/// \brief Blocks needed to give `n` rows a thread group each, checked to fit the grid.
+inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block) {
+  const int64_t blocks = div_ceil(n, rows_per_block);
+  CHECK_HOST(blocks <= int64_t{0x7fffffff}) << "too many rows for one launch: " << n;
+  return static_cast<uint32_t>(blocks);
+}
+
+}  // namespace rows
+}  // namespace host
+}  // namespace kernkit

@@ -1,0 +1,13 @@
+"""kernkit's ops: thin Python entry points that pick a cached specialization and call it.
+
+Each op module also has ``specializations(...)``, the builds a model shape needs, for
+ahead-of-time compilation (``python -m kernkit.jit warmup``).
+"""
+
+from .embedding import indexing
+from .kvcache import store_cache
+from .radix import compare_key
+
+# from .elementwise import scale
+
+__all__ = ["compare_key", "indexing", "store_cache"]

@@ -1,0 +1,87 @@
+"""``indexing``: the (vocabulary-parallel) embedding lookup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable
+
+import torch
+
+from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
+from . import reference
+from .kvcache import cpu_backend, elem_bytes, max_vec, row_bytes_of
+
+__all__ = ["indexing", "specializations"]
+
+#: Vectors a thread keeps in flight (see ``device::rows::RowLayout``); a 2 KB bf16 row is one
+#: warp with 4 x 16 bytes per thread.
+INDEXING_PER_THREAD = 4
+
+
+def indexing_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
+                     per_thread: int = INDEXING_PER_THREAD) -> JitRequest:
+    """The build of one ``indexing`` specialization (shared by the module factory and
+    ahead-of-time builds)."""
+    args = make_cpp_args(elem, row_bytes, max_vec(row_bytes), per_thread, pdl)
+    return JitRequest.make(
+        "indexing", *args,
+        cuda_files=["embedding/indexing.cuh"],
+        cuda_wrappers=[("indexing", f"indexing<{args}>")],
+        backend=backend,
+    )
+
+
+@cache_once
+def indexing_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
+                    per_thread: int = INDEXING_PER_THREAD):
+    """The loaded module of one ``indexing`` specialization."""
+    return indexing_request(elem, row_bytes, pdl, backend, per_thread).load()
+
+
+@cache_once
+def _indexing_fn(dtype: torch.dtype, row_shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
+    elem = elem_bytes(dtype, "weight")
+    if len(row_shape) != 1:
+        raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(row_shape) + 1}-d")
+    row_bytes = row_bytes_of(row_shape, elem, "weight")
+    if is_cuda:
+        return indexing_module(elem, row_bytes, is_arch_support_pdl(), "cuda").indexing
+    if cpu_backend() == "cpu":
+        return indexing_module(elem, row_bytes, False, "cpu").indexing
+    return reference.indexing
+
+
+def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None,
+             vocab_range: tuple[int, int] | None = None) -> torch.Tensor:
+    """Embedding lookup: ``out[t] = weight[ids[t] - start]``, and a zero row when ``ids[t]`` is
+    outside ``[start, start + length)``.
+
+    ``weight``: ``[rows, hidden]`` (any 1-, 2-, 4- or 8-byte dtype; rows may be strided), this
+    rank's shard of the vocabulary. ``ids``: int32 or int64 ``[n]``. ``vocab_range``:
+    ``(start, length)`` of the ids this shard holds, ``length <= rows``; ``None`` means
+    ``(0, rows)``, so an id outside the table gives zeros and never reads out of bounds.
+    ``out``: optional ``[n, hidden]`` of ``weight``'s dtype. Returns ``out``.
+    """
+    fn = _indexing_fn(weight.dtype, weight.shape[1:], weight.is_cuda)
+    if out is None:
+        out = weight.new_empty((ids.shape[0], weight.shape[1]))
+    if vocab_range is None:
+        fn(out, weight, ids, 0, weight.shape[0])
+    else:
+        fn(out, weight, ids, vocab_range[0], vocab_range[1])
+    return out
+
+
+def specializations(dtypes: torch.dtype | Sequence[torch.dtype], hidden_size: int, *,
+                    backend: str = "cuda") -> list[JitRequest]:
+    """The builds ``indexing`` needs for an embedding of ``hidden_size`` of each dtype, for
+    ahead-of-time compilation."""
+    dtypes = [dtypes] if isinstance(dtypes, torch.dtype) else list(dtypes)
+    pdl = is_arch_support_pdl() if backend == "cuda" else False
+    out = []
+    for dtype in dtypes:
+        elem = elem_bytes(dtype, "dtype")
+        req = indexing_request(elem, row_bytes_of((hidden_size,), elem, "weight"), pdl, backend)
+        if req not in out:
+            out.append(req)
+    return out

@@ -1,0 +1,155 @@
+"""``store_cache``: write new K/V rows into the KV-cache pool at given indices (in place)."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Callable
+
+import torch
+
+from ..jit import CompileError, JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
+from ..jit.codegen import INCLUDE_DIR
+from . import reference
+
+__all__ = ["store_cache", "specializations"]
+
+#: Vectors of each tensor a thread keeps in flight before a row is split over more threads
+#: (see ``device::rows::RowLayout``): with 16-byte vectors a 2 KB row is one warp, each thread
+#: loading 4 x 16 bytes of K and of V before storing them.
+STORE_PER_THREAD = 4
+
+#: Element sizes the row kernels take, by dtype. The kernels move bytes, so one specialization
+#: serves every dtype of a size (fp16 and bf16, fp32 and int32...).
+ELEM_BYTES: dict[torch.dtype, int] = {
+    torch.float32: 4,
+    torch.float16: 2,
+    torch.bfloat16: 2,
+    torch.float8_e4m3fn: 1,
+    torch.float8_e5m2: 1,
+    torch.int8: 1,
+    torch.uint8: 1,
+    torch.int16: 2,
+    torch.int32: 4,
+    torch.float64: 8,
+    torch.int64: 8,
+}
+
+#: ``KERNKIT_CPU_OPS``: how the ops treat CPU tensors. ``auto`` (default): the CPU emulation
+#: backend when it builds here, else the torch reference; ``emu`` or ``reference`` to force one.
+CPU_OPS_VAR = "KERNKIT_CPU_OPS"
+
+
+def elem_bytes(dtype: torch.dtype, role: str) -> int:
+    """The element size of a supported row dtype; ``TypeError`` naming ``role`` otherwise."""
+    try:
+        return ELEM_BYTES[dtype]
+    except KeyError:
+        names = ", ".join(str(d).removeprefix("torch.") for d in ELEM_BYTES)
+        raise TypeError(f"'{role}': dtype {str(dtype).removeprefix('torch.')} is not supported; "
+                        f"supported: {names}") from None
+
+
+def max_vec(row_bytes: int) -> int:
+    """The widest access (1, 2, 4, 8 or 16 bytes) that divides a row of ``row_bytes``. The
+    launcher narrows it further when a pointer or row stride is less aligned."""
+    return min(16, row_bytes & -row_bytes)
+
+
+def row_bytes_of(row_shape: Sequence[int], elem: int, role: str) -> int:
+    """Bytes per row of a tensor whose shape after the first dimension is ``row_shape``."""
+    if len(row_shape) not in (1, 2):
+        raise ValueError(f"'{role}': expected a 2-d [rows, elems] or 3-d [rows, heads, head_dim] tensor, "
+                         f"got {len(row_shape) + 1}-d")
+    nbytes = math.prod(row_shape) * elem
+    if nbytes <= 0:
+        raise ValueError(f"'{role}': rows are empty (shape [*, {', '.join(map(str, row_shape))}])")
+    return nbytes
+
+
+@cache_once
+def cpu_backend() -> str:
+    """``"cpu"`` when CPU tensors go through the emulation backend, ``"reference"`` when they go
+    through the torch implementations. Decided once per process: the emulator must exist and a
+    test build of it must load."""
+    choice = os.environ.get(CPU_OPS_VAR, "auto").strip().lower()
+    if choice == "reference":
+        return "reference"
+    if not (INCLUDE_DIR / "kernkit" / "emu" / "runtime.h").is_file():
+        if choice == "emu":
+            raise RuntimeError(f"{CPU_OPS_VAR}=emu, but kernkit has no CPU emulation backend")
+        return "reference"
+    try:
+        store_request(1, 1, False, "cpu").load()
+    except (CompileError, OSError, RuntimeError) as e:
+        if choice == "emu":
+            raise
+        warnings.warn(f"kernkit: the CPU emulation backend does not build here, CPU tensors use the torch "
+                      f"reference ops: {e}", RuntimeWarning, stacklevel=2)
+        return "reference"
+    return "cpu"
+
+
+def store_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
+                  per_thread: int = STORE_PER_THREAD) -> JitRequest:
+    """The build of one ``store_cache`` specialization (the single description both the
+    module factory and ahead-of-time builds use)."""
+    args = make_cpp_args(elem, row_bytes, max_vec(row_bytes), per_thread, pdl)
+    return JitRequest.make(
+        "store_cache", *args,
+        cuda_files=["kvcache/store_kv.cuh"],
+        cuda_wrappers=[("store_cache", f"store_cache<{args}>")],
+        backend=backend,
+    )
+
+
+@cache_once
+def store_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda", per_thread: int = STORE_PER_THREAD):
+    """The loaded module of one ``store_cache`` specialization."""
+    return store_request(elem, row_bytes, pdl, backend, per_thread).load()
+
+
+@cache_once
+def _store_fn(dtype: torch.dtype, row_shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
+    elem = elem_bytes(dtype, "k_cache")
+    row_bytes = row_bytes_of(row_shape, elem, "k_cache")
+    if is_cuda:
+        return store_module(elem, row_bytes, is_arch_support_pdl(), "cuda").store_cache
+    if cpu_backend() == "cpu":
+        return store_module(elem, row_bytes, False, "cpu").store_cache
+    return reference.store_cache
+
+
+def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> None:
+    """Write row ``i`` of ``k`` and ``v`` to row ``indices[i]`` of ``k_cache`` and ``v_cache``,
+    in place.
+
+    ``k_cache``/``v_cache``: ``[pool, heads, head_dim]`` or ``[pool, heads * head_dim]``, same
+    shape and dtype (any 1-, 2-, 4- or 8-byte dtype: fp32, fp16, bf16, fp8...), contiguous
+    within a row, any row stride. ``k``/``v``: ``[n, heads, head_dim]`` or
+    ``[n, heads * head_dim]``, same dtype, rows may be strided (e.g. slices of a fused QKV
+    tensor). ``indices``: int32 or int64 ``[n]``. Rows whose index is negative or
+    ``>= pool`` are skipped (never written). Bad arguments raise before anything is written,
+    naming the argument.
+    """
+    # Per-call path: one cached lookup and the call; every tensor check is in the launcher.
+    _store_fn(k_cache.dtype, k_cache.shape[1:], k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
+
+
+def specializations(dtypes: torch.dtype | Sequence[torch.dtype], num_heads: int, head_dim: int, *,
+                    backend: str = "cuda") -> list[JitRequest]:
+    """The builds ``store_cache`` needs for a model's KV rows (``num_heads`` x ``head_dim`` of
+    each dtype), for ahead-of-time compilation. ``backend="cuda"`` needs a GPU or
+    ``KERNKIT_CUDA_ARCH`` (for the PDL choice)."""
+    dtypes = [dtypes] if isinstance(dtypes, torch.dtype) else list(dtypes)
+    pdl = is_arch_support_pdl() if backend == "cuda" else False
+    out = []
+    for dtype in dtypes:
+        elem = elem_bytes(dtype, "dtype")
+        req = store_request(elem, row_bytes_of((num_heads, head_dim), elem, "k_cache"), pdl, backend)
+        if req not in out:
+            out.append(req)
+    return out

@@ -1,0 +1,125 @@
+"""indexing on CPU tensors (the CPU emulation backend, or the torch reference where it is
+missing), compared byte for byte with the torch reference and with F.embedding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernkit import ops
+from kernkit.ops import reference
+
+VOCAB = 50
+
+
+def rand_rows(shape, dtype, gen):
+    elem = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype)
+
+
+def same_bytes(a, b):
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def expected(weight, ids, start, length):
+    out = torch.empty(ids.shape[0], weight.shape[1], dtype=weight.dtype)
+    reference.indexing(out, weight, ids, start, length)
+    return out
+
+
+CASES = [(torch.bfloat16, 256), (torch.float16, 256), (torch.float32, 16), (torch.float8_e5m2, 128), (torch.float16, 3)]
+
+
+@pytest.mark.parametrize("dtype,hidden", CASES, ids=lambda x: str(x).removeprefix("torch."))
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+def test_full_vocab_matches_reference(dtype, hidden, id_dtype):
+    gen = torch.Generator().manual_seed(hidden)
+    weight = rand_rows((VOCAB, hidden), dtype, gen)
+    for n in (1, 7, 40):
+        ids = torch.randint(0, VOCAB, (n,), generator=gen)
+        if n >= 3:
+            ids[0], ids[1], ids[2] = -1, VOCAB, VOCAB + 1000  # outside the table: zero rows
+        ids = ids.to(id_dtype)
+        got = ops.indexing(weight, ids)
+        assert got.shape == (n, hidden) and got.dtype == dtype
+        assert same_bytes(got, expected(weight, ids, 0, VOCAB))
+        inside = (ids >= 0) & (ids < VOCAB)
+        if dtype in (torch.float32, torch.float16, torch.bfloat16):
+            assert same_bytes(got[inside], F.embedding(ids[inside].long(), weight))
+        assert not got[~inside].view(torch.uint8).any()
+
+
+def test_vocab_shard_with_padding_and_strided_tensors():
+    gen = torch.Generator().manual_seed(3)
+    start, length, hidden = 100, 37, 256
+    table = rand_rows((length + 3, 2 * hidden), torch.bfloat16, gen)  # 3 padding rows
+    weight = table[:, :hidden]  # strided rows
+    ids = torch.randint(start - 20, start + length + 20, (60,), generator=gen, dtype=torch.int64)
+    big_out = torch.full((60, 3 * hidden), 7.0, dtype=torch.bfloat16)
+    out = big_out[:, hidden : 2 * hidden]
+    res = ops.indexing(weight, ids, out=out, vocab_range=(start, length))
+    assert res is out
+    assert same_bytes(out, expected(weight, ids, start, length))
+    assert (big_out[:, :hidden] == 7).all() and (big_out[:, 2 * hidden :] == 7).all()
+
+
+def test_misaligned_output_view():
+    gen = torch.Generator().manual_seed(4)
+    weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)
+    ids = torch.randint(0, VOCAB, (9,), generator=gen, dtype=torch.int32)
+    out = torch.empty(9 * 256 + 1, dtype=torch.bfloat16)[1:].view(9, 256)
+    ops.indexing(weight, ids, out=out)
+    assert same_bytes(out, expected(weight, ids, 0, VOCAB))
+
+
+def test_empty():
+    weight = torch.randn(VOCAB, 256).bfloat16()
+    out = ops.indexing(weight, torch.empty(0, dtype=torch.int32))
+    assert out.shape == (0, 256)
+
+
+def _bad_cases():
+    def base():
+        return dict(weight=torch.ones(VOCAB, 256, dtype=torch.bfloat16), ids=torch.arange(3, dtype=torch.int32),
+                    out=torch.zeros(3, 256, dtype=torch.bfloat16), vocab_range=None)
+
+    def with_(**kw):
+        def make():
+            args = base()
+            args.update({key: f(args) for key, f in kw.items()})
+            return args
+        return make
+
+    return [
+        ("ids", TypeError, with_(ids=lambda a: torch.arange(3, dtype=torch.float32))),
+        ("ids", ValueError, with_(ids=lambda a: torch.zeros(3, 2, dtype=torch.int32))),
+        ("out", TypeError, with_(out=lambda a: torch.zeros(3, 256, dtype=torch.float16))),
+        ("out", ValueError, with_(out=lambda a: torch.zeros(3, 128, dtype=torch.bfloat16))),
+        ("out", ValueError, with_(out=lambda a: torch.zeros(3, 512, dtype=torch.bfloat16)[:, ::2])),
+        ("vocab_range", ValueError, with_(vocab_range=lambda a: (0, VOCAB + 1))),
+        ("vocab_range", ValueError, with_(vocab_range=lambda a: (-5, 10))),
+    ]
+
+
+@pytest.mark.parametrize("role,exc,make", _bad_cases())
+def test_bad_arguments_name_the_argument_and_write_nothing(role, exc, make):
+    args = make()
+    with pytest.raises(exc, match=f"'{role}'"):
+        ops.indexing(**args)
+    assert not args["out"].float().any()
+    # The reference checks the same things.
+    start, length = args["vocab_range"] or (0, args["weight"].shape[0])
+    with pytest.raises(exc, match=f"'{role}'"):
+        reference.indexing(args["out"], args["weight"], args["ids"], start, length)
+
+
+def test_three_d_weight_is_refused():
+    with pytest.raises(ValueError, match="'weight'"):
+        ops.indexing(torch.zeros(4, 2, 8), torch.arange(2))
+
+
+def test_specializations_describe_builds():
+    reqs = ops.embedding.specializations([torch.bfloat16, torch.float16], 1024, backend="cpu")
+    assert [r.marker for r in reqs] == [("indexing", "2", "2048", "16", "4", "false")]

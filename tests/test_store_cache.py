@@ -1,0 +1,153 @@
+"""store_cache on CPU tensors (the CPU emulation backend, or the torch reference where it is
+missing), compared byte for byte with the torch reference; argument errors name the argument
+and write nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernkit import ops
+from kernkit.ops import reference
+
+POOL = 40
+
+
+def rand_rows(shape, dtype, gen):
+    """Random bits of ``dtype`` (NaN payloads and all), so equality is checked on bytes."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype)
+
+
+def same_bytes(a, b):
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def make_indices(n, pool, dtype, gen, out_of_range=True):
+    idx = torch.randperm(pool, generator=gen)[:n]
+    if out_of_range and n >= 4:
+        idx[0], idx[1], idx[2], idx[3] = -1, pool, pool + 7, -pool
+    return idx.to(dtype)
+
+
+def run_both(kc, vc, idx, k, v):
+    """Run the op and the reference on clones; return both results."""
+    kc2, vc2 = kc.clone(), vc.clone()
+    ops.store_cache(kc, vc, idx, k, v)
+    reference.store_cache(kc2, vc2, idx, k, v)
+    return (kc, vc), (kc2, vc2)
+
+
+# (dtype, row shape): one specialization each (element size x row bytes), odd rows included.
+CASES = [
+    (torch.bfloat16, (4, 64)),  # 512 B
+    (torch.float16, (256,)),  # 512 B, 2-d, shares the build with the line above
+    (torch.float32, (16,)),  # 64 B
+    (torch.float8_e4m3fn, (2, 64)),  # 128 B
+    (torch.float16, (3,)),  # 6 B: 2-byte accesses
+]
+
+
+@pytest.mark.parametrize("dtype,row", CASES, ids=lambda x: str(x).removeprefix("torch."))
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_matches_reference(dtype, row, index_dtype):
+    gen = torch.Generator().manual_seed(hash((str(dtype), row)) % 1000)
+    for n in (1, 7, 33):
+        kc, vc = rand_rows((POOL, *row), dtype, gen), rand_rows((POOL, *row), dtype, gen)
+        k, v = rand_rows((n, *row), dtype, gen), rand_rows((n, *row), dtype, gen)
+        idx = make_indices(n, POOL, index_dtype, gen)
+        before = kc.clone()
+        got, want = run_both(kc, vc, idx, k, v)
+        assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])
+        valid = (idx >= 0) & (idx < POOL)
+        untouched = torch.ones(POOL, dtype=torch.bool)
+        untouched[idx[valid].long()] = False
+        assert same_bytes(got[0][untouched], before[untouched]), "a row outside the indices was written"
+
+
+def test_fused_qkv_and_strided_caches():
+    gen = torch.Generator().manual_seed(1)
+    heads, dim, n = 4, 64, 9
+    qkv = rand_rows((n, 3 * heads, dim), torch.bfloat16, gen)
+    k, v = qkv[:, heads : 2 * heads], qkv[:, 2 * heads :]  # row stride 3 x the row
+    kv = rand_rows((POOL, 2, heads, dim), torch.bfloat16, gen)
+    kc, vc = kv[:, 0], kv[:, 1]
+    idx = make_indices(n, POOL, torch.int64, gen)
+    kv_ref = kv.clone()
+    ops.store_cache(kc, vc, idx, k, v)
+    reference.store_cache(kv_ref[:, 0], kv_ref[:, 1], idx, k, v)
+    assert same_bytes(kv, kv_ref)
+
+
+def test_two_d_inputs_into_three_d_cache_and_misaligned_views():
+    gen = torch.Generator().manual_seed(2)
+    n = 5
+    kc, vc = rand_rows((POOL, 4, 64), torch.bfloat16, gen), rand_rows((POOL, 4, 64), torch.bfloat16, gen)
+    buf = rand_rows((n * 256 + 1,), torch.bfloat16, gen)
+    k = buf[1:].view(n, 256)  # 2-byte aligned only: the launcher narrows the access width
+    v = rand_rows((n, 256), torch.bfloat16, gen)
+    idx = make_indices(n, POOL, torch.int32, gen)
+    got, want = run_both(kc, vc, idx, k, v)
+    assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])
+
+
+def test_empty_is_a_noop():
+    kc = torch.randn(POOL, 4, 64).bfloat16()
+    vc = kc.clone()
+    before = kc.clone()
+    ops.store_cache(kc, vc, torch.empty(0, dtype=torch.int32), torch.empty(0, 4, 64, dtype=torch.bfloat16),
+                    torch.empty(0, 4, 64, dtype=torch.bfloat16))
+    assert same_bytes(kc, before)
+
+
+def _bad_cases():
+    bf = torch.bfloat16
+
+    def base():
+        return dict(k_cache=torch.zeros(POOL, 4, 64, dtype=bf), v_cache=torch.zeros(POOL, 4, 64, dtype=bf),
+                    indices=torch.arange(3, dtype=torch.int32), k=torch.ones(3, 4, 64, dtype=bf),
+                    v=torch.ones(3, 4, 64, dtype=bf))
+
+    def with_(**kw):
+        def make():
+            args = base()
+            args.update({key: f(args) for key, f in kw.items()})
+            return args
+        return make
+
+    return [
+        ("v", TypeError, with_(v=lambda a: a["v"].float())),
+        ("v", ValueError, with_(v=lambda a: torch.ones(4, 4, 64, dtype=bf))),
+        ("k", ValueError, with_(k=lambda a: torch.ones(3, 4, 128, dtype=bf)[:, :, ::2])),
+        ("v_cache", ValueError, with_(v_cache=lambda a: torch.zeros(POOL + 1, 4, 64, dtype=bf))),
+        ("v_cache", ValueError, with_(v_cache=lambda a: torch.zeros(POOL, 256, dtype=bf))),
+        ("indices", TypeError, with_(indices=lambda a: torch.arange(3, dtype=torch.float32))),
+        ("indices", ValueError, with_(indices=lambda a: torch.arange(4, dtype=torch.int32))),
+        ("indices", ValueError, with_(indices=lambda a: torch.zeros(3, 1, dtype=torch.int64))),
+        ("k", ValueError, with_(k=lambda a: torch.ones(3, 256, 1, dtype=bf))),
+    ]
+
+
+@pytest.mark.parametrize("role,exc,make", _bad_cases())
+@pytest.mark.parametrize("impl", ["op", "reference"])
+def test_bad_arguments_name_the_argument_and_write_nothing(role, exc, make, impl):
+    args = make()
+    fn = ops.store_cache if impl == "op" else reference.store_cache
+    with pytest.raises(exc, match=f"'{role}'"):
+        fn(**args)
+    assert not args["k_cache"].any() and not args["v_cache"].any()
+
+
+def test_unsupported_dtype():
+    x = torch.zeros(4, 2, dtype=torch.complex64)
+    with pytest.raises(TypeError, match="'k_cache'"):
+        ops.store_cache(x, x, torch.arange(1), x[:1], x[:1])
+
+
+def test_specializations_describe_builds():
+    reqs = ops.kvcache.specializations([torch.bfloat16, torch.float16, torch.float8_e4m3fn], 8, 128, backend="cpu")
+    assert [r.marker for r in reqs] == [
+        ("store_cache", "2", "2048", "16", "4", "false"),
+        ("store_cache", "1", "1024", "16", "4", "false"),
+    ]

@@ -213,3 +213,77 @@ def keep_failed(staging: Path, entry: Entry) -> Path:
 
 def now() -> float:
     return time.time()
+
+
+@dataclass(frozen=True)
+class Published:
+    """One published build found in the cache (for listing and clearing)."""
+
+    kernel: str
+    variant: str
+    key16: str
+    fingerprint: str
+    path: Path  # the build directory
+    meta: dict
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole build directory (library, generated sources, logs)."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    @property
+    def built_at(self) -> float:
+        return float(self.meta.get("built_at") or (self.path / "meta.json").stat().st_mtime)
+
+
+def iter_published(root: Path | None = None):
+    """Every published build under the cache root (``v1/<kernel>/<variant>-<key16>/<toolchain>``),
+    sorted by kernel and variant; entries whose record cannot be read are skipped."""
+    base = (root if root is not None else cache_dir()) / LAYOUT
+    if not base.is_dir():
+        return
+    for kernel_dir in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for key_dir in sorted(p for p in kernel_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            variant, _, key16 = key_dir.name.rpartition("-")
+            for build_dir in sorted(p for p in key_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                try:
+                    meta = json.loads((build_dir / "meta.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                yield Published(kernel_dir.name, variant, key16, build_dir.name, build_dir, meta)
+
+
+def remove_tree(path: Path) -> bool:
+    """Delete a cache subtree: renamed aside first (one atomic step, so no reader finds it half
+    deleted), then removed. False when it did not exist."""
+    if not path.exists():
+        return False
+    trash = path.parent / f".trash-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(path, trash)
+    except OSError:
+        trash = path
+    shutil.rmtree(trash, ignore_errors=True)
+    return True
+
+
+def clear(kernel: str | None = None, root: Path | None = None) -> int:
+    """Remove every published build (or those of ``kernel``) and the kept failures; returns the
+    number of builds removed. Locks and the toolchain registry stay."""
+    base = (root if root is not None else cache_dir()) / LAYOUT
+    removed = sum(1 for p in iter_published(root) if kernel is None or p.kernel == _readable(kernel))
+    if not base.is_dir():
+        return 0
+    if kernel is None:
+        # Locks and builds in progress belong to running processes; everything else goes.
+        targets = [p for p in base.iterdir() if p.name not in (".locks", ".staging")]
+    else:
+        name = _readable(kernel)
+        failed = base / ".failed"
+        targets = [base / name] + (sorted(failed.glob(f"{name}-*")) if failed.is_dir() else [])
+    for target in targets:
+        if target.is_dir():
+            remove_tree(target)
+        elif target.exists():
+            target.unlink()
+    return removed

@@ -8,6 +8,6 @@ from .embedding import indexing
 from .kvcache import store_cache
 from .radix import compare_key
 
-# from .elementwise import scale
+from .elementwise import scale
 
-__all__ = ["compare_key", "indexing", "store_cache"]
+__all__ = ["compare_key", "indexing", "scale", "store_cache"]

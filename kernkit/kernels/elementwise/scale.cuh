@@ -1,0 +1,98 @@
+/// \file scale.cuh
+/// \brief `scale<T, kUsePDL>`: dst = src * factor, element-wise, for fp16, bf16 and fp32.
+#pragma once
+
+#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice
+#include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
+#include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
+#include <kernkit/utils.h>  // div_ceil
+#include <kernkit/vec.cuh>  // AlignedVector
+
+#include <tvm/ffi/container/tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+namespace kernkit {
+
+/// \brief dst[i] = src[i] * factor, computed in fp32 and rounded once to `T`.
+///
+/// A grid-stride loop over whole vectors of `kVecN` elements, then the `n % kVecN` elements
+/// left at the end, one per thread.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kVecN Elements per vector access (16 bytes worth, or 1 for unaligned pointers).
+/// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \param dst Output, `n` elements.
+/// \param src Input, `n` elements (may be the output of the previous kernel in the stream).
+/// \param factor The scale factor.
+/// \param n Number of elements.
+template <typename T, int kVecN, bool kUsePDL>
+__global__ void scale_kernel(T* __restrict__ dst, const T* __restrict__ src, float factor, int64_t n) {
+  using vec_t = device::AlignedVector<T, kVecN>;
+  const int64_t n_vecs = n / kVecN;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+
+  // Nothing above reads global memory, so with PDL it overlaps the previous kernel's tail.
+  // `src` may be what that kernel wrote: wait before the first load of it.
+  device::PDLWaitPrimary<kUsePDL>();
+
+  for (int64_t i = tid; i < n_vecs; i += stride) {
+    vec_t v;
+    v.load(src, i);
+    KERNKIT_UNROLL
+    for (int k = 0; k < kVecN; ++k) {
+      v[k] = device::cast<T>(device::cast<fp32_t>(v[k]) * factor);
+    }
+    v.store(dst, i);
+  }
+  for (int64_t i = n_vecs * kVecN + tid; i < n; i += stride) {
+    dst[i] = device::cast<T>(device::cast<fp32_t>(src[i]) * factor);
+  }
+
+  // Let the next kernel start its own prologue. This publishes nothing: it waits for this
+  // whole grid (and sees these stores) in its PDLWaitPrimary.
+  device::PDLTriggerSecondary<kUsePDL>();
+}
+
+/// \brief Host launcher of `scale_kernel`: checks the tensors, picks the vector width, launches.
+///
+/// Both tensors are 1-D, contiguous, on the same CUDA device (a CPU tensor under the emulator),
+/// of dtype `T`, with the same number of elements. An empty tensor launches nothing.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \param dst Output tensor.
+/// \param src Input tensor.
+/// \param factor The scale factor.
+template <typename T, bool kUsePDL>
+void scale(tvm::ffi::TensorView dst, tvm::ffi::TensorView src, float factor) {
+  using namespace host;
+  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
+                "scale: T must be fp16_t, bf16_t or fp32_t");
+
+  SymbolicSize N{"num_elements"};
+  SymbolicDevice device;
+  TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<T>().verify(dst, "out").verify(src, "src");
+  const int64_t n = N.unwrap();
+  if (n == 0) return;
+
+  // 16-byte vectors need 16-byte aligned pointers; a view that starts mid-vector (x[1:]) takes
+  // the scalar variant, which is compiled into the same module.
+  constexpr int kVecN = 16 / sizeof(T);
+  const bool aligned = (reinterpret_cast<uintptr_t>(dst.data_ptr()) | reinterpret_cast<uintptr_t>(src.data_ptr())) %
+                           (kVecN * sizeof(T)) ==
+                       0;
+  const auto kernel = aligned ? scale_kernel<T, kVecN, kUsePDL> : scale_kernel<T, 1, kUsePDL>;
+  const int64_t items = div_ceil(n, aligned ? int64_t{kVecN} : int64_t{1});
+
+  // The grid-stride loop covers any n; cap the grid where more blocks only add scheduling.
+  constexpr uint32_t kBlockSize = 256;
+  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+  const auto grid = static_cast<uint32_t>(std::min(div_ceil(items, int64_t{kBlockSize}), kMaxBlocks));
+
+  LaunchKernel(grid, kBlockSize, device.unwrap())
+      .enable_pdl(kUsePDL)(kernel, static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()), factor, n);
+}
+
+}  // namespace kernkit

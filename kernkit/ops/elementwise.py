@@ -1,0 +1,62 @@
+"""``scale``: element-wise ``x * factor`` (the kernel of ``docs/tutorial-add-a-kernel.md``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import tvm_ffi
+
+from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
+
+__all__ = ["scale", "specializations"]
+
+#: The dtypes ``scale`` is specialized for.
+SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def scale_request(dtype: torch.dtype, use_pdl: bool, backend: str = "cuda") -> JitRequest:
+    """The build of one ``scale`` specialization, shared by the module factory and warmup."""
+    args = make_cpp_args(dtype, use_pdl)
+    return JitRequest.make(
+        "scale", *args,
+        cuda_files=["elementwise/scale.cuh"],
+        cuda_wrappers=[("scale", f"scale<{args}>")],
+        backend=backend,
+    )
+
+
+@cache_once
+def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
+    # Runs once per (dtype, device kind), so this is where the dtype check costs nothing.
+    if dtype not in SCALE_DTYPES:
+        raise TypeError(f"scale: unsupported dtype {dtype}; supported: float16, bfloat16, float32")
+    if is_cuda:
+        return scale_request(dtype, is_arch_support_pdl(), "cuda").load()
+    return scale_request(dtype, False, "cpu").load()  # CPU tensors run on the CPU emulator
+
+
+def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``src * factor``, computed in fp32 and rounded once to ``src.dtype``.
+
+    ``src``: a contiguous float16, bfloat16 or float32 tensor, on a CUDA device (or on the CPU,
+    through kernkit's CPU emulator). ``out``: optional, same dtype, device and number of
+    elements. Returns ``out`` (a new tensor shaped like ``src`` when not given).
+    """
+    # Per-call path: pick the module, allocate, call. Tensor checks live in the C++ launcher.
+    if out is None:
+        out = torch.empty_like(src)
+    _scale_module(src.dtype, src.is_cuda).scale(out.view(-1), src.view(-1), factor)
+    return out
+
+
+def specializations(dtypes: torch.dtype | Sequence[torch.dtype] = SCALE_DTYPES, *,
+                    backend: str = "cuda") -> list[JitRequest]:
+    """The builds ``scale`` needs for ``dtypes``, for ahead-of-time compilation
+    (``python -m kernkit.jit warmup scale --dtype bf16``)."""
+    dtypes = [dtypes] if isinstance(dtypes, torch.dtype) else list(dtypes)
+    bad = [d for d in dtypes if d not in SCALE_DTYPES]
+    if bad:
+        raise TypeError(f"scale: unsupported dtype {bad[0]}; supported: float16, bfloat16, float32")
+    use_pdl = is_arch_support_pdl() if backend == "cuda" else False
+    return [scale_request(d, use_pdl, backend) for d in dict.fromkeys(dtypes)]

@@ -85,3 +85,15 @@ def test_hfma_is_correctly_rounded(emu_exe):
             assert int(got, 16) == want, f"{line}: want {want:04x}"
         checked += 1
     assert checked > 6000
+
+
+@pytest.mark.slow
+def test_cost_per_simulated_thread(emu_exe):
+    """Runs the emulator benchmark (docs/emulator.md quotes its numbers) on a small grid."""
+    res = emu_build.run(emu_exe("emu_bench.cu"), "2048", env={"KERNKIT_EMU_SEED": "0"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = {line.split()[0]: float(line.split()[3]) for line in res.stdout.strip().split("\n")}
+    assert set(rows) == {"trivial", "shuffle_heavy", "barrier_heavy"}
+    print("ns per simulated thread:", rows)
+    # Generous bound (a 2-core CI machine): catches a switch that regressed to a system call.
+    assert rows["trivial"] < 2000, rows

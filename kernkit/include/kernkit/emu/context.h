@@ -150,6 +150,7 @@ using FiberEntry = void (*)(void*);
 struct Stack {
   char* base = nullptr;  ///< lowest usable address
   size_t size = 0;       ///< usable bytes
+  size_t color = 0;      ///< bytes left unused at the top (see `StackPool::acquire`)
 };
 
 /// \brief Per-host-thread pool of fiber stacks. Stacks are reused across blocks and launches;
@@ -182,7 +183,10 @@ class StackPool {
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return Stack{};
     mprotect(p, page_size(), PROT_NONE);
-    Stack s{static_cast<char*>(p) + page_size(), size};
+    // Stack tops a multiple of the stack size apart would all map to the same cache sets and
+    // evict each other on every switch; offset each top by a different multiple of 320 bytes.
+    const size_t color = (all_.size() * 320) % 8192;
+    Stack s{static_cast<char*>(p) + page_size(), size, size > 4 * 8192 ? color : 0};
     all_.push_back(s);
     return s;
   }
@@ -221,14 +225,14 @@ struct Context {
 #if defined(KERNKIT_EMU_UCONTEXT)
     getcontext(&uc);
     uc.uc_stack.ss_sp = stack.base;
-    uc.uc_stack.ss_size = stack.size;
+    uc.uc_stack.ss_size = stack.size - stack.color;
     uc.uc_link = nullptr;
     const uintptr_t e = reinterpret_cast<uintptr_t>(entry);
     const uintptr_t a = reinterpret_cast<uintptr_t>(arg);
     makecontext(&uc, reinterpret_cast<void (*)()>(&trampoline), 4, static_cast<uint32_t>(e >> 32),
                 static_cast<uint32_t>(e), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(a));
 #else
-    const uintptr_t top = (reinterpret_cast<uintptr_t>(stack.base) + stack.size) & ~uintptr_t{15};
+    const uintptr_t top = (reinterpret_cast<uintptr_t>(stack.base) + stack.size - stack.color) & ~uintptr_t{15};
 #if defined(__x86_64__)
     uint64_t* f = reinterpret_cast<uint64_t*>(top - 80);
     uint32_t mxcsr;

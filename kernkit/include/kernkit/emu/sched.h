@@ -462,18 +462,20 @@ inline uint64_t warp_collective(const Site& site, uint32_t mask, uint64_t value,
   Fiber& f = *w.cur;
   const uint32_t warp = f.linear / 32, lane = f.linear % 32, bit = 1u << lane;
   WarpState& ws = w.warps[warp];
-  std::ostringstream err;
   if (!(mask & bit)) {
+    std::ostringstream err;
     err << site << ": the calling lane " << lane << " is not in mask 0x" << std::hex << mask;
     fail(err.str());
   }
   if (mask & ws.exited) {
+    std::ostringstream err;
     err << site << " with mask 0x" << std::hex << mask << std::dec << ": "
         << lane_absent(w, warp, static_cast<uint32_t>(__builtin_ctz(mask & ws.exited)));
     fail(err.str());
   }
   if (mask & ws.wait_block) {
     const uint32_t l = static_cast<uint32_t>(__builtin_ctz(mask & ws.wait_block));
+    std::ostringstream err;
     err << site << " with mask 0x" << std::hex << mask << std::dec << ": lane " << l << " ("
         << fiber_name(lane_fiber(w, warp, l)) << ") is waiting at " << lane_fiber(w, warp, l).site
         << " instead (divergent warp)";
@@ -487,6 +489,7 @@ inline uint64_t warp_collective(const Site& site, uint32_t mask, uint64_t value,
     if (same) {
       group |= 1u << l;
     } else if (g.mask & bit) {
+      std::ostringstream err;
       err << site << " with mask 0x" << std::hex << mask << std::dec << ": lane " << l << " ("
           << fiber_name(g) << ") waits for this lane at " << g.site << " with mask 0x" << std::hex << g.mask
           << std::dec << " (divergent warp)";
@@ -525,11 +528,11 @@ inline int32_t block_barrier(const Site& site, int32_t pred, int kind) {
   Fiber& f = *w.cur;
   const uint32_t warp = f.linear / 32, lane = f.linear % 32, bit = 1u << lane;
   WarpState& ws = w.warps[warp];
-  std::ostringstream err;
   for (uint32_t m = ws.wait_warp; m; m &= m - 1) {
     const uint32_t l = static_cast<uint32_t>(__builtin_ctz(m));
     const Fiber& g = lane_fiber(w, warp, l);
     if (g.mask & bit) {
+      std::ostringstream err;
       err << site << ": lane " << l << " (" << fiber_name(g) << ") waits for this lane at " << g.site
           << " with mask 0x" << std::hex << g.mask << std::dec << " (divergent warp)";
       fail(err.str());
@@ -539,6 +542,7 @@ inline int32_t block_barrier(const Site& site, int32_t pred, int kind) {
     w.bar_site = site;
     w.bar_first = f.linear;
   } else if (w.bar_site != site) {
+    std::ostringstream err;
     err << site << ": " << fiber_name(w.fibers[w.bar_first]) << " waits at a different barrier, " << w.bar_site
         << " (divergent __syncthreads)";
     fail(err.str());

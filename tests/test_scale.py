@@ -1,0 +1,74 @@
+"""kernkit.ops.scale on CPU tensors, through the CPU emulator: the same kernel template the GPU
+runs, bit-exact against torch, and its errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernkit.jit import JitRequest
+from kernkit.ops import scale
+from kernkit.ops.elementwise import specializations
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def reference(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return (x.float() * factor).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])
+def test_matches_torch_bit_for_bit(dtype, n):
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)).mul(3).to(dtype)
+    for factor in (1.7, -0.3, 0.0, 1e-3):
+        assert torch.equal(scale(x, factor), reference(x, factor)), (n, factor)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unaligned_view_takes_the_scalar_path(dtype):
+    base = torch.randn(1031).to(dtype)
+    x = base[3:]  # contiguous, but not 16-byte aligned
+    assert torch.equal(scale(x, 2.5), reference(x, 2.5))
+
+
+def test_keeps_the_shape_and_writes_into_out():
+    x = torch.randn(4, 33, 5).half()
+    out = torch.full_like(x, 7.0)
+    result = scale(x, 0.5, out=out)
+    assert result is out and out.shape == x.shape
+    assert torch.equal(out, reference(x, 0.5))
+
+
+def test_overflow_rounds_to_infinity_like_torch():
+    x = torch.tensor([60000.0, -60000.0, 1.0], dtype=torch.float16)
+    assert torch.equal(scale(x, 4.0), reference(x, 4.0))
+
+
+def test_unsupported_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match=r"unsupported dtype torch.int32; supported: float16, bfloat16, float32"):
+        scale(torch.arange(4, dtype=torch.int32), 2.0)
+
+
+def test_out_of_another_dtype_names_out():
+    with pytest.raises(TypeError, match="out"):
+        scale(torch.randn(8), 2.0, out=torch.empty(8, dtype=torch.float16))
+
+
+def test_out_of_another_size_names_the_dimension():
+    with pytest.raises(ValueError, match="num_elements"):
+        scale(torch.randn(8), 2.0, out=torch.empty(9))
+
+
+def test_strided_input_is_rejected_by_the_launcher():
+    x = torch.randn(16)[::2]  # a 1-d view with stride 2
+    with pytest.raises(ValueError, match="src"):
+        scale(x, 2.0)
+
+
+def test_specializations_describe_the_builds():
+    reqs = specializations([torch.bfloat16, torch.float32, torch.bfloat16], backend="cpu")
+    assert [r.title for r in reqs] == ["scale<bf16_t, false>", "scale<fp32_t, false>"]
+    assert all(isinstance(r, JitRequest) for r in reqs)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        specializations(torch.int8)

@@ -108,7 +108,13 @@ def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, obje
     named = [resolve_op(o) for o in ops]
     modules = list(dict.fromkeys(named)) if (named or specs) else list(OP_MODULES)
     for module in modules:
-        fn = getattr(importlib.import_module(f"kernkit.ops.{module}"), "specializations", None)
+        try:
+            fn = getattr(importlib.import_module(f"kernkit.ops.{module}"), "specializations", None)
+        except ImportError as e:
+            if module in named:
+                raise WarmupError(f"cannot import kernkit.ops.{module}: {e}") from e
+            out.skipped.append(f"{module}: not importable ({e})")
+            continue
         if fn is None:
             if module in named:
                 raise WarmupError(f"kernkit.ops.{module} has no specializations()")

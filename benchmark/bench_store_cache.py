@@ -1,7 +1,7 @@
 """Benchmark store_cache on the GPU: CUDA-graph time per call against torch index_put,
 torch.compile of it and the device copy bandwidth, for n from 1 to 65536.
 
-    python benchmark/bench_store_cache.py --out DIR [--ns 1,64,65536] [--per-thread 2,4,8]
+    python benchmark/bench_store_cache.py --out DIR [--ns 1,64,65536] [--variants 2:0,4:1]
 
 Bytes counted per call: K and V rows read and written (4 x n x row bytes). Inputs are rotated
 over enough buffers that each graph touches more than the L2 holds; destination rows are
@@ -39,13 +39,15 @@ def main() -> None:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--pool", type=int, default=2**20)
-    p.add_argument("--per-thread", default="", help="extra kernel variants (vectors in flight per thread)")
+    p.add_argument("--variants", default="",
+                   help="extra kernel variants, comma-separated PER_THREAD:STREAM (e.g. 2:0,4:1): vectors in "
+                        "flight per thread and tensor, and streaming stores on or off")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = DTYPES[args.dtype]
     ns = [int(x) for x in args.ns.split(",")]
-    variants = [int(x) for x in args.per_thread.split(",") if x]
+    variants = [tuple(int(y) for y in x.split(":")) for x in args.variants.split(",") if x]
     row_shape = (args.heads, args.head_dim)
     elem = torch.empty((), dtype=dtype).element_size()
     row_bytes = args.heads * args.head_dim * elem
@@ -59,7 +61,8 @@ def main() -> None:
     vc.view(torch.uint8).random_()
     perm = torch.randperm(args.pool, device="cuda", dtype=torch.int64)
     compiled = None if args.no_compile else torch.compile(torch_store, dynamic=True)
-    var_fns = {P: kvcache.store_module(elem, row_bytes, pdl, "cuda", P).store_cache for P in variants}
+    var_fns = {f"P={P},stream={S}": kvcache.store_module(elem, row_bytes, pdl, "cuda", P, bool(S)).store_cache
+               for P, S in variants}
 
     rows, series = [], {"kernkit": [], "torch index_put": [], "torch.compile": []}
     for n in ns:
@@ -82,13 +85,13 @@ def main() -> None:
         if compiled is not None:
             res["torch.compile"] = common.graph_time_us(
                 [lambda c=c: compiled(kc, vc, idx64[c], k[c], v[c]) for c in range(min(calls, 200))])
-        for P, fn in var_fns.items():
-            res[f"per_thread={P}"] = t(fn)
+        for name, fn in var_fns.items():
+            res[name] = t(fn)
         tbs = {name: per_call / (us * 1e-6) / 1e12 for name, us in res.items()}
         for name in series:
             series[name].append(tbs.get(name, float("nan")))
         row = [n, calls, res["kernkit"], tbs["kernkit"], 100 * tbs["kernkit"] / ceiling, res["torch index_put"],
-               res.get("torch.compile", float("nan"))] + [res[f"per_thread={P}"] for P in variants]
+               res.get("torch.compile", float("nan"))] + [res[name] for name in var_fns]
         rows.append(row)
         print(" ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in row), flush=True)
         del k, v, idx64, idx32
@@ -107,7 +110,7 @@ def main() -> None:
     }
 
     columns = ["n", "calls/graph", "kernkit us", "kernkit TB/s", "% of copy", "torch us", "torch.compile us"]
-    columns += [f"per_thread={P} us" for P in variants]
+    columns += [f"{name} us" for name in var_fns]
     lines = common.header(f"store_cache, {args.heads} x {args.head_dim} {args.dtype} rows ({row_bytes} B)",
                           "python benchmark/bench_store_cache.py " + " ".join(sys.argv[1:]))
     lines += [f"Device copy bandwidth (bytes read + written): {ceiling:.3f} TB/s. Time per call inside a CUDA "

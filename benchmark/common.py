@@ -77,18 +77,18 @@ def copy_bandwidth_tbs(nbytes: int = 2 * 2**30, reps: int = 20) -> float:
 
 def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
     """Wall time per call when issuing ``calls`` back to back without synchronizing (the CPU
-    cost of one call, as long as the GPU keeps up), median of 5 rounds."""
+    cost of one call, as long as the GPU keeps up), the best of 7 rounds (the least disturbed)."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
     rounds = []
-    for _ in range(5):
+    for _ in range(7):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         rounds.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
-    return statistics.median(rounds)
+    return min(rounds)
 
 
 def header(title: str, command: str) -> list[str]:

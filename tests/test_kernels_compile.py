@@ -27,7 +27,7 @@ def sm90(monkeypatch):
 
 def test_model_specializations_build_and_load():
     reqs = kvcache.specializations(torch.bfloat16, 8, 128) + embedding.specializations(torch.bfloat16, 1024)
-    assert [r.marker[-1] for r in reqs] == ["true", "true"]  # sm_90 launches with PDL
+    assert [r.marker[5] for r in reqs] == ["true", "true"]  # sm_90 launches with PDL
     for req in reqs:
         module = req.load()
         assert callable(getattr(module, req.marker[0]))
@@ -36,7 +36,7 @@ def test_model_specializations_build_and_load():
 def test_unusual_instantiations_build():
     wrappers = [
         ("store_odd", "store_cache<2, 6, 2, 4, true>"),  # 6-byte rows: 2-byte accesses only
-        ("store_fp8", "store_cache<1, 576, 16, 4, false>"),
+        ("store_fp8", "store_cache<1, 576, 16, 4, false, true>"),  # streaming stores
         ("store_split", "store_cache<4, 8192, 16, 4, true>"),  # a row split over 4 warps
         ("store_ragged", "store_cache<2, 1152, 16, 4, true>"),  # 72 vectors over 32 threads
         ("index_odd", "indexing<1, 7, 1, 4, true>"),

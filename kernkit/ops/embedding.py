@@ -38,12 +38,14 @@ def indexing_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
     return indexing_request(elem, row_bytes, pdl, backend, per_thread).load()
 
 
+# Keyed on the whole shape: slicing a torch.Size costs more than hashing it, and a table's
+# shape does not change between calls.
 @cache_once
-def _indexing_fn(dtype: torch.dtype, row_shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
+def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
     elem = elem_bytes(dtype, "weight")
-    if len(row_shape) != 1:
-        raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(row_shape) + 1}-d")
-    row_bytes = row_bytes_of(row_shape, elem, "weight")
+    if len(shape) != 2:
+        raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(shape)}-d")
+    row_bytes = row_bytes_of(shape[1:], elem, "weight")
     if is_cuda:
         return indexing_module(elem, row_bytes, is_arch_support_pdl(), "cuda").indexing
     if cpu_backend() == "cpu":
@@ -62,11 +64,12 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
     ``(0, rows)``, so an id outside the table gives zeros and never reads out of bounds.
     ``out``: optional ``[n, hidden]`` of ``weight``'s dtype. Returns ``out``.
     """
-    fn = _indexing_fn(weight.dtype, weight.shape[1:], weight.is_cuda)
+    shape = weight.shape
+    fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
     if out is None:
-        out = weight.new_empty((ids.shape[0], weight.shape[1]))
+        out = weight.new_empty((ids.shape[0], shape[1]))
     if vocab_range is None:
-        fn(out, weight, ids, 0, weight.shape[0])
+        fn(out, weight, ids, 0, shape[0])
     else:
         fn(out, weight, ids, vocab_range[0], vocab_range[1])
     return out

@@ -21,6 +21,9 @@ __all__ = ["store_cache", "specializations"]
 #: loading 4 x 16 bytes of K and of V before storing them.
 STORE_PER_THREAD = 4
 
+#: Whether the caches are written with streaming (evict-first) stores.
+STORE_STREAMING = False
+
 #: Element sizes the row kernels take, by dtype. The kernels move bytes, so one specialization
 #: serves every dtype of a size (fp16 and bf16, fp32 and int32...).
 ELEM_BYTES: dict[torch.dtype, int] = {
@@ -93,10 +96,10 @@ def cpu_backend() -> str:
 
 
 def store_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
-                  per_thread: int = STORE_PER_THREAD) -> JitRequest:
+                  per_thread: int = STORE_PER_THREAD, stream_stores: bool = STORE_STREAMING) -> JitRequest:
     """The build of one ``store_cache`` specialization (the single description both the
     module factory and ahead-of-time builds use)."""
-    args = make_cpp_args(elem, row_bytes, max_vec(row_bytes), per_thread, pdl)
+    args = make_cpp_args(elem, row_bytes, max_vec(row_bytes), per_thread, pdl, stream_stores)
     return JitRequest.make(
         "store_cache", *args,
         cuda_files=["kvcache/store_kv.cuh"],
@@ -106,15 +109,18 @@ def store_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
 
 
 @cache_once
-def store_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda", per_thread: int = STORE_PER_THREAD):
+def store_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda", per_thread: int = STORE_PER_THREAD,
+                 stream_stores: bool = STORE_STREAMING):
     """The loaded module of one ``store_cache`` specialization."""
-    return store_request(elem, row_bytes, pdl, backend, per_thread).load()
+    return store_request(elem, row_bytes, pdl, backend, per_thread, stream_stores).load()
 
 
+# Keyed on the whole shape: slicing a torch.Size costs more than hashing it, and a cache's shape
+# does not change between calls.
 @cache_once
-def _store_fn(dtype: torch.dtype, row_shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
+def _store_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
     elem = elem_bytes(dtype, "k_cache")
-    row_bytes = row_bytes_of(row_shape, elem, "k_cache")
+    row_bytes = row_bytes_of(shape[1:], elem, "k_cache")
     if is_cuda:
         return store_module(elem, row_bytes, is_arch_support_pdl(), "cuda").store_cache
     if cpu_backend() == "cpu":
@@ -136,7 +142,7 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     naming the argument.
     """
     # Per-call path: one cached lookup and the call; every tensor check is in the launcher.
-    _store_fn(k_cache.dtype, k_cache.shape[1:], k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
+    _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
 
 
 def specializations(dtypes: torch.dtype | Sequence[torch.dtype], num_heads: int, head_dim: int, *,

@@ -37,13 +37,44 @@ struct StoreKVParams {
   bool indices_int64;              ///< Whether `indices` holds int64 (else int32).
 };
 
+/// \brief Load vectors `base .. base + kBatch` of a thread's share of a row into `r`.
+template <typename Layout, typename V>
+KERNKIT_DEVICE void load_batch(V (&r)[Layout::kBatch], const V* __restrict__ src, uint32_t lane, int64_t base) {
+  KERNKIT_ROWS_UNROLL
+  for (int64_t b = 0; b < Layout::kBatch; ++b) {
+    const int64_t j = lane + (base + b) * Layout::kGroup;
+    if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) r[b] = device::rows::load_ro(src + j);
+  }
+}
+
+/// \brief Store what `load_batch` loaded; with `kStream`, as streaming (evict-first) stores.
+template <typename Layout, bool kStream, typename V>
+KERNKIT_DEVICE void store_batch(V* __restrict__ dst, const V (&r)[Layout::kBatch], uint32_t lane, int64_t base) {
+  KERNKIT_ROWS_UNROLL
+  for (int64_t b = 0; b < Layout::kBatch; ++b) {
+    const int64_t j = lane + (base + b) * Layout::kGroup;
+    if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) {
+#if defined(__CUDA_ARCH__)
+      if constexpr (kStream) {
+        __stcs(dst + j, r[b]);
+      } else {
+        dst[j] = r[b];
+      }
+#else
+      dst[j] = r[b];
+#endif
+    }
+  }
+}
+
 /// \brief Copy rows of K and V into the caches at the given indices.
 /// \tparam kRowBytes Bytes per row.
 /// \tparam kVec Bytes per access (every pointer and stride is a multiple of it).
 /// \tparam kMaxPerThread Vectors per thread and tensor kept in flight.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \tparam kStreamStores Write the caches with streaming (evict-first) stores.
 /// \param p Pointers, strides and sizes.
-template <int64_t kRowBytes, int32_t kVec, int32_t kMaxPerThread, bool kUsePDL>
+template <int64_t kRowBytes, int32_t kVec, int32_t kMaxPerThread, bool kUsePDL, bool kStreamStores>
 __global__ void __launch_bounds__(device::rows::kBlockThreads) store_kv_kernel(const StoreKVParams p) {
   using Layout = device::rows::RowLayout<kRowBytes, kVec, kMaxPerThread>;
   using V = device::rows::raw_vec_t<kVec>;
@@ -53,37 +84,28 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) store_kv_kernel(c
   const V* __restrict__ k = reinterpret_cast<const V*>(static_cast<const char*>(p.k) + row * p.k_stride);
   const V* __restrict__ v = reinterpret_cast<const V*>(static_cast<const char*>(p.v) + row * p.v_stride);
 
-  // Everything below reads data an earlier kernel may have written (indices, K, V).
+  // Everything below reads data an earlier kernel may have written (indices, K, V). The first
+  // batch of K and V is loaded together with the index, not after it: the two loads do not
+  // depend on each other, and at small n one memory round trip less is most of the kernel.
   device::PDLWaitPrimary<kUsePDL>();
   const int64_t dst = device::rows::load_index(p.indices, p.indices_int64, row);
+  V rk[Layout::kBatch];
+  V rv[Layout::kBatch];
+  load_batch<Layout>(rk, k, lane, 0);
+  load_batch<Layout>(rv, v, lane, 0);
+  // The next kernel may start launching now; its own wait still covers these stores.
+  device::PDLTriggerSecondary<kUsePDL>();
   if (dst < 0 || dst >= p.pool_rows) return;
   V* __restrict__ kc = reinterpret_cast<V*>(static_cast<char*>(p.k_cache) + dst * p.k_cache_stride);
   V* __restrict__ vc = reinterpret_cast<V*>(static_cast<char*>(p.v_cache) + dst * p.v_cache_stride);
-
+  store_batch<Layout, kStreamStores>(kc, rk, lane, 0);
+  store_batch<Layout, kStreamStores>(vc, rv, lane, 0);
   KERNKIT_ROWS_UNROLL
-  for (int64_t base = 0; base < Layout::kIters; base += Layout::kBatch) {
-    V rk[Layout::kBatch];
-    V rv[Layout::kBatch];
-    KERNKIT_ROWS_UNROLL
-    for (int64_t b = 0; b < Layout::kBatch; ++b) {
-      const int64_t j = lane + (base + b) * Layout::kGroup;
-      if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) rk[b] = device::rows::load_ro(k + j);
-    }
-    KERNKIT_ROWS_UNROLL
-    for (int64_t b = 0; b < Layout::kBatch; ++b) {
-      const int64_t j = lane + (base + b) * Layout::kGroup;
-      if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) rv[b] = device::rows::load_ro(v + j);
-    }
-    // The next kernel may start launching now; its own wait still covers these stores.
-    if (base == 0) device::PDLTriggerSecondary<kUsePDL>();
-    KERNKIT_ROWS_UNROLL
-    for (int64_t b = 0; b < Layout::kBatch; ++b) {
-      const int64_t j = lane + (base + b) * Layout::kGroup;
-      if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) {
-        kc[j] = rk[b];
-        vc[j] = rv[b];
-      }
-    }
+  for (int64_t base = Layout::kBatch; base < Layout::kIters; base += Layout::kBatch) {
+    load_batch<Layout>(rk, k, lane, base);
+    load_batch<Layout>(rv, v, lane, base);
+    store_batch<Layout, kStreamStores>(kc, rk, lane, base);
+    store_batch<Layout, kStreamStores>(vc, rv, lane, base);
   }
 }
 
@@ -99,12 +121,14 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) store_kv_kernel(c
 /// \tparam kMaxVec Widest access the row size allows (a power of two <= 16 dividing it).
 /// \tparam kMaxPerThread Vectors per thread and tensor kept in flight.
 /// \tparam kUsePDL Launch with Programmatic Dependent Launch.
+/// \tparam kStreamStores Write the caches with streaming (evict-first) stores.
 /// \param k_cache [pool, heads, head_dim] or [pool, heads * head_dim], written in place.
 /// \param v_cache Same shape and dtype as `k_cache`, written in place.
 /// \param indices int32 or int64 [n]: destination rows; entries outside [0, pool) are skipped.
 /// \param k [n, heads, head_dim] or [n, heads * head_dim], same dtype; rows may be strided.
 /// \param v Same shape and dtype as `k`.
-template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPerThread, bool kUsePDL>
+template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPerThread, bool kUsePDL,
+          bool kStreamStores = false>
 void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView indices,
                  tvm::ffi::TensorView k, tvm::ffi::TensorView v) {
   using namespace host;
@@ -141,7 +165,7 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
     constexpr int32_t kVec = decltype(vec_tag)::value;
     using Layout = ::kernkit::device::rows::RowLayout<kRowBytes, kVec, kMaxPerThread>;
     LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock), ::kernkit::device::rows::kBlockThreads, dev)
-        .enable_pdl(kUsePDL)(store_kv_kernel<kRowBytes, kVec, kMaxPerThread, kUsePDL>, params);
+        .enable_pdl(kUsePDL)(store_kv_kernel<kRowBytes, kVec, kMaxPerThread, kUsePDL, kStreamStores>, params);
   };
   switch (rows::vec_width(kMaxVec, bits)) {
     case 16:

@@ -268,3 +268,17 @@ def test_doctor(fresh_cache, capsys, monkeypatch):
 
     if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         assert "DLPack fast path  yes" in out
+
+
+def test_warmup_reports_op_errors_without_a_traceback(capsys, monkeypatch):
+    assert cli.main(["warmup", "scale", "--dtype", "int8", "--list"]) == 2
+    assert "scale: unsupported dtype torch.int8" in capsys.readouterr().err
+    monkeypatch.delenv("KERNKIT_CUDA_ARCH", raising=False)
+    import torch
+
+    if not torch.cuda.is_available():
+        assert cli.main(["warmup", "scale", "--list"]) == 2
+        assert "KERNKIT_CUDA_ARCH" in capsys.readouterr().err
+    # Host-only builds are listed as such.
+    assert cli.main(["warmup", "radix", "--list"]) == 0
+    assert "compare_key  [host]" in capsys.readouterr().out

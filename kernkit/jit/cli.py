@@ -266,7 +266,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
         return 0 if collected.skipped or args.list else 1
     if args.list:
         for r in collected.requests:
-            backend = dict(r.options).get("backend", "cuda")
+            opts = dict(r.options)
+            backend = opts.get("backend", "cuda") if opts.get("cuda_files") else "host"
             print(f"{r.title}  [{backend}]")
         return 0
     outcomes = build_all(collected.requests, jobs=args.jobs, progress=not args.quiet)

@@ -126,8 +126,17 @@ def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, obje
             if module in named:
                 raise
             out.skipped.append(str(e))
+        except Exception as e:  # e.g. a dtype the op does not support, no target architecture
+            if module in named:
+                raise WarmupError(f"{module}: {e}") from e
+            out.skipped.append(f"{module}: {e}")
     for target in specs:
-        out.requests += call_with(load_function(target), options, target)
+        try:
+            out.requests += call_with(load_function(target), options, target)
+        except WarmupError:
+            raise
+        except Exception as e:
+            raise WarmupError(f"{target}: {type(e).__name__}: {e}") from e
     out.requests = list(dict.fromkeys(out.requests))
     return out
 

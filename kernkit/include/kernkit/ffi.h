@@ -4,10 +4,12 @@
 /// (`from_blob`, `from_blob_like`). The counterpart of tensor.h, which checks the tensors that
 /// come in.
 ///
-/// Allocation goes through tvm-ffi's environment allocator (`TVMFFIEnvTensorAlloc`). When the
-/// function is called from Python with torch tensors, tvm-ffi installs torch's allocator there,
-/// so the memory comes from torch's caching allocator on the current stream (no `cudaMalloc`),
-/// and a tensor returned to Python arrives as a `torch.Tensor`.
+/// Allocation goes through tvm-ffi's environment allocator (`TVMFFIEnvTensorAlloc`). When a
+/// function is called from Python with at least one torch tensor argument, tvm-ffi installs
+/// torch's allocator for the duration of the call, so the memory comes from torch's caching
+/// allocator (no `cudaMalloc`), and a tensor the function returns arrives in Python as a
+/// `torch.Tensor`. A call without torch tensor arguments has no allocator (`empty` then throws)
+/// and returns tensors as `tvm_ffi.Tensor` (convert with `torch.from_dlpack`).
 ///
 /// Plain C++17 with no CUDA dependency, so CPU-only modules can use it too.
 #pragma once
@@ -47,6 +49,10 @@ inline tvm::ffi::Tensor empty(ShapeView shape, DLDataType dtype, DLDevice device
   for (size_t i = 0; i < shape.size(); ++i) {
     CHECK_HOST(shape[i] >= 0) << "ffi::empty: negative extent " << shape[i] << " in dimension " << i;
   }
+  CHECK_HOST(TVMFFIEnvGetDLPackManagedTensorAllocator() != nullptr)
+      << "ffi::empty: no environment allocator is installed. tvm-ffi installs torch's for the "
+         "duration of a call that receives a torch tensor; pass one (e.g. the tensor whose device "
+         "the new tensor should live on)";
   return tvm::ffi::Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, shape, dtype, device);
 }
 

@@ -29,6 +29,7 @@
 #include <kernkit/utils.cuh>
 
 #include <math.h>
+#include <string.h>
 
 #include <cstdint>
 #include <limits>
@@ -67,6 +68,33 @@ template <typename U, int N, typename T>
 KERNKIT_DEVICE const U (&as_array(const T& value))[N] {
   static_assert(sizeof(U) * N == sizeof(T), "as_array: sizes do not match");
   return reinterpret_cast<const U(&)[N]>(value);
+}
+
+/// \brief Copy the elements of `value` out into an array. Unlike a reference view this makes
+/// no aliasing assumptions, so host compilers with type-based alias analysis (the CPU
+/// emulator's) stay correct.
+/// \tparam U Element type.
+/// \tparam N Number of elements.
+/// \param value The packed value.
+/// \param out The elements.
+template <typename U, int N, typename T>
+KERNKIT_DEVICE void split(const T& value, U (&out)[N]) {
+  static_assert(sizeof(U) * N == sizeof(T), "split: sizes do not match");
+  memcpy(static_cast<void*>(out), static_cast<const void*>(&value), sizeof(T));
+}
+
+/// \brief Build a packed value from an array of its elements (the inverse of `split`).
+/// \tparam T The packed type.
+/// \tparam U Element type.
+/// \tparam N Number of elements.
+/// \param elems The elements.
+/// \return The packed value.
+template <typename T, typename U, int N>
+KERNKIT_DEVICE T join(const U (&elems)[N]) {
+  static_assert(sizeof(U) * N == sizeof(T), "join: sizes do not match");
+  T out;
+  memcpy(static_cast<void*>(&out), static_cast<const void*>(elems), sizeof(T));
+  return out;
 }
 
 }  // namespace detail
@@ -472,32 +500,30 @@ struct PackedTraitBase {
   /// \return The converted value.
   template <typename S>
   KERNKIT_DEVICE static T convert_generic(const S& value) {
-    T out;
-    auto& dst = as_array<TElem, N>(out);
+    TElem dst[N];
     if constexpr (DTypeTrait<S>::kVecSize == 1) {
       const TElem v = DTypeTrait<TElem>::from(value);
-KERNKIT_UNROLL
+      KERNKIT_UNROLL
       for (int i = 0; i < N; ++i) dst[i] = v;
     } else {
       static_assert(DTypeTrait<S>::kVecSize == N, "packed from: element counts differ");
-      using SElem = typename DTypeTrait<S>::unpacked_t;
-      const auto& src = as_array<SElem, N>(value);
-KERNKIT_UNROLL
+      typename DTypeTrait<S>::unpacked_t src[N];
+      split(value, src);
+      KERNKIT_UNROLL
       for (int i = 0; i < N; ++i) dst[i] = DTypeTrait<TElem>::from(src[i]);
     }
-    return out;
+    return join<T>(dst);
   }
 
   /// \brief Elementwise absolute value.
   /// \param x The value.
   /// \return `|x|` per element.
   KERNKIT_DEVICE static T abs(const T& x) {
-    T out;
-    auto& dst = as_array<TElem, N>(out);
-    const auto& src = as_array<TElem, N>(x);
-KERNKIT_UNROLL
-    for (int i = 0; i < N; ++i) dst[i] = DTypeTrait<TElem>::abs(src[i]);
-    return out;
+    TElem a[N];
+    split(x, a);
+    KERNKIT_UNROLL
+    for (int i = 0; i < N; ++i) a[i] = DTypeTrait<TElem>::abs(a[i]);
+    return join<T>(a);
   }
 
   /// \brief Elementwise maximum.
@@ -505,13 +531,12 @@ KERNKIT_UNROLL
   /// \param y Second value.
   /// \return `max(x, y)` per element.
   KERNKIT_DEVICE static T max(const T& x, const T& y) {
-    T out;
-    auto& dst = as_array<TElem, N>(out);
-    const auto& a = as_array<TElem, N>(x);
-    const auto& b = as_array<TElem, N>(y);
-KERNKIT_UNROLL
-    for (int i = 0; i < N; ++i) dst[i] = DTypeTrait<TElem>::max(a[i], b[i]);
-    return out;
+    TElem a[N], b[N];
+    split(x, a);
+    split(y, b);
+    KERNKIT_UNROLL
+    for (int i = 0; i < N; ++i) a[i] = DTypeTrait<TElem>::max(a[i], b[i]);
+    return join<T>(a);
   }
 
   /// \brief Elementwise minimum.
@@ -519,13 +544,12 @@ KERNKIT_UNROLL
   /// \param y Second value.
   /// \return `min(x, y)` per element.
   KERNKIT_DEVICE static T min(const T& x, const T& y) {
-    T out;
-    auto& dst = as_array<TElem, N>(out);
-    const auto& a = as_array<TElem, N>(x);
-    const auto& b = as_array<TElem, N>(y);
-KERNKIT_UNROLL
-    for (int i = 0; i < N; ++i) dst[i] = DTypeTrait<TElem>::min(a[i], b[i]);
-    return out;
+    TElem a[N], b[N];
+    split(x, a);
+    split(y, b);
+    KERNKIT_UNROLL
+    for (int i = 0; i < N; ++i) a[i] = DTypeTrait<TElem>::min(a[i], b[i]);
+    return join<T>(a);
   }
 };
 
@@ -767,6 +791,11 @@ KERNKIT_DEVICE To cast(const From& value) {
 
 /// \brief View a packed value as an array of its elements; writes through the returned
 /// reference change `value`. For a scalar the array has one element.
+///
+/// The view is a type pun (e.g. `fp8x2_e4m3_t` seen as `fp8_e4m3_t[2]`). nvcc handles it; a
+/// host compiler (the CPU emulator) must not apply strict-aliasing optimizations across the two
+/// types, which `-fno-strict-aliasing` guarantees. The library itself never uses `unpack`
+/// internally: it copies elements in and out with `memcpy`, which is always safe.
 /// \tparam T A type with a `DTypeTrait` (deduced).
 /// \param value The packed value.
 /// \return `value` as `unpacked_t<T>[kVecSize]`.
@@ -822,13 +851,13 @@ struct ReductionTrait {
     } else if constexpr (std::is_same_v<T, fp16x2_t> || std::is_same_v<T, bf16x2_t>) {
       return __hadd2(x, y);
     } else if constexpr (std::is_same_v<elem_t, fp32_t>) {
-      T out;
-      auto& o = unpack(out);
-      const auto& a = unpack(x);
-      const auto& b = unpack(y);
-KERNKIT_UNROLL
-      for (int i = 0; i < DTypeTrait<T>::kVecSize; ++i) o[i] = a[i] + b[i];
-      return out;
+      constexpr int kN = DTypeTrait<T>::kVecSize;
+      fp32_t a[kN], b[kN];
+      detail::split(x, a);
+      detail::split(y, b);
+      KERNKIT_UNROLL
+      for (int i = 0; i < kN; ++i) a[i] = a[i] + b[i];
+      return detail::join<T>(a);
     } else {
       static_assert(detail::kAlwaysFalse<T>, "ReductionOp::SUM is not defined for this type");
     }

@@ -65,7 +65,7 @@ struct alignas((N > 0 && (N & (N - 1)) == 0) ? sizeof(T) * N : alignof(T)) Align
   /// \brief Set every element to `value`.
   /// \param value The value.
   KERNKIT_DEVICE void fill(const T& value) {
-KERNKIT_UNROLL
+    KERNKIT_UNROLL
     for (int i = 0; i < N; ++i) data[i] = value;
   }
 

@@ -35,7 +35,7 @@ KERNKIT_DEVICE T shfl_xor(const T& value, uint32_t lane_mask, uint32_t active_ma
   constexpr int kWords = static_cast<int>((sizeof(T) + 3) / 4);
   uint32_t words[kWords] = {};
   memcpy(words, static_cast<const void*>(&value), sizeof(T));
-KERNKIT_UNROLL
+  KERNKIT_UNROLL
   for (int i = 0; i < kWords; ++i) {
     words[i] = __shfl_xor_sync(active_mask, words[i], static_cast<int>(lane_mask), static_cast<int>(kWarpThreads));
   }
@@ -64,12 +64,12 @@ KERNKIT_DEVICE T reduce(T value, uint32_t active_mask = kFullMask) {
   static_assert(kNumThreads >= 1 && kNumThreads <= kWarpThreads, "warp::reduce: kNumThreads must be in [1, 32]");
   static_assert((kNumThreads & (kNumThreads - 1)) == 0, "warp::reduce: kNumThreads must be a power of two");
   if constexpr (kInner) {
-KERNKIT_UNROLL
+    KERNKIT_UNROLL
     for (uint32_t mask = kNumThreads / 2; mask >= 1; mask /= 2) {
       value = ReductionTrait<Op, T>::reduce(value, shfl_xor(value, mask, active_mask));
     }
   } else {
-KERNKIT_UNROLL
+    KERNKIT_UNROLL
     for (uint32_t mask = kNumThreads; mask < kWarpThreads; mask *= 2) {
       value = ReductionTrait<Op, T>::reduce(value, shfl_xor(value, mask, active_mask));
     }

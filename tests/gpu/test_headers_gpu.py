@@ -1,0 +1,26 @@
+"""The header library's value tests (``tests/test_headers_emu.py``) on a CUDA GPU.
+
+Every test of that module runs here with the kernels built by nvcc (``backend="cuda"``) and the
+tensors on the GPU; references are computed by torch on the CPU. The comparisons are the same:
+bit-exact wherever the operation is exact, a tolerance for fp32 rsqrt/exp/sin/cos. Run with
+``pytest -m gpu``; skipped when torch sees no GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from test_headers_emu import *  # noqa: E402,F401,F403  (the tests, collected again here)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def backend() -> str:
+    """Where the kernels run: the GPU."""
+    return "cuda"

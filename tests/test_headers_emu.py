@@ -1,0 +1,421 @@
+"""Value tests of the header library's device functions.
+
+The kernels in ``tests/csrc/headers_kernels.cuh`` run each helper over tensors; the results are
+compared with torch. Here they run on the CPU emulator (``backend="cpu"``, CPU tensors);
+``tests/gpu/test_headers_gpu.py`` runs the very same tests on a GPU by overriding the
+``backend`` fixture.
+
+Exactness. Reductions, max/min/abs, casts (fp8 included) and the atomics are compared bit for
+bit: the warp and CTA reductions combine values in a fixed butterfly order, which the reference
+replays in the same dtype, so even floating-point sums match exactly. Only fp32 ``rsqrt``,
+``exp``, ``sin`` and ``cos`` are approximate on the GPU and are compared with a tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+KERNELS = CSRC / "headers_kernels.cuh"
+
+WRAPPERS = [
+    ("warp_reduce", "headers_test::Reduce::warp"),
+    ("cta_reduce", "headers_test::Reduce::cta"),
+    ("identity", "headers_test::Reduce::identity"),
+    ("cast", "headers_test::cast"),
+    ("math", "headers_test::math"),
+    ("atomic_minmax", "headers_test::atomic_minmax"),
+    ("vector_max", "headers_test::vector_max"),
+    ("tile_abs", "headers_test::tile_abs"),
+]
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+FLOATS = [torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2]
+INTS = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+SCALARS = FLOATS + INTS
+#: (element dtype, lanes) of every value type: scalars, then the packed x2 and x4 types.
+VALUE_TYPES = [(d, 1) for d in SCALARS] + [(d, 2) for d in FLOATS] + [(d, 4) for d in (torch.float32, E4M3, E5M2)]
+SUM, MAX, MIN = 0, 1, 2
+OPS = {"sum": SUM, "max": MAX, "min": MIN}
+
+
+def _name(dtype: torch.dtype, lanes: int = 1) -> str:
+    return str(dtype).removeprefix("torch.") + (f"x{lanes}" if lanes > 1 else "")
+
+
+def _is_fp8(dtype: torch.dtype) -> bool:
+    return dtype in (E4M3, E5M2)
+
+
+def _cuda_headers_present() -> bool:
+    home = Path(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda")
+    return (home / "include" / "cuda_runtime.h").is_file()
+
+
+@pytest.fixture(scope="module")
+def backend() -> str:
+    """Where the kernels run: the CPU emulator here; the GPU module overrides this."""
+    return "cpu"
+
+
+@pytest.fixture(scope="module")
+def mod(backend):
+    """The test kernels, built once per backend."""
+    from kernkit.jit import load_jit
+
+    if backend == "cpu" and not _cuda_headers_present():
+        pytest.skip("the CPU emulator needs the CUDA headers (set CUDA_HOME)")
+    if backend == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return load_jit("headers_test", cuda_files=[str(KERNELS)], cuda_wrappers=WRAPPERS, backend=backend)
+
+
+@pytest.fixture(scope="module")
+def dev(backend) -> str:
+    """The torch device of the tensors handed to the kernels."""
+    return "cuda" if backend == "cuda" else "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def _random(dtype: torch.dtype, shape, seed: int, scale: float = 3.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * scale).to(dtype)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -100), min(info.max, 100)
+    return torch.randint(lo, hi + 1, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bit patterns of a tensor, as an integer tensor of the same element size."""
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def assert_bitwise_equal(got: torch.Tensor, want: torch.Tensor, msg: str = "") -> None:
+    """Equal bit patterns, except that any NaN matches any NaN."""
+    got, want = got.cpu(), want.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape, msg
+    if got.dtype.is_floating_point:
+        gnan, wnan = got.float().isnan(), want.float().isnan()
+        assert torch.equal(gnan, wnan), f"{msg}: NaN positions differ"
+        got, want = got[~gnan], want[~wnan]
+    ok = _bits(got) == _bits(want)
+    if not bool(ok.all()):
+        bad = (~ok).nonzero()[:8].flatten().tolist()
+        pytest.fail(f"{msg}: {int((~ok).sum())} mismatches, e.g. at {bad}: got {got.flatten()[bad].tolist()}, "
+                    f"want {want.flatten()[bad].tolist()}")
+
+
+def _combine(op: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One reduction step in the values' own dtype (fp8 through fp32, which is exact for
+    max/min)."""
+    if op == SUM:
+        return a + b
+    if _is_fp8(a.dtype):
+        f = torch.maximum if op == MAX else torch.minimum
+        return f(a.float(), b.float()).to(a.dtype)
+    return torch.maximum(a, b) if op == MAX else torch.minimum(a, b)
+
+
+def _butterfly(v: torch.Tensor, masks, op: int) -> torch.Tensor:
+    """Replay the xor-shuffle butterfly over dim 1 (the 32 lanes of a warp)."""
+    lanes = torch.arange(32)
+    for m in masks:
+        v = _combine(op, v, v[:, lanes ^ m])
+    return v
+
+
+def _identity(dtype: torch.dtype, op: int) -> float:
+    if op == SUM:
+        return 0
+    if dtype.is_floating_point:
+        big = 448.0 if dtype == E4M3 else math.inf
+        return -big if op == MAX else big
+    info = torch.iinfo(dtype)
+    return info.min if op == MAX else info.max
+
+
+# ---------------------------------------------------------------------------------------------
+# warp.cuh / cta.cuh / ReductionTrait
+# ---------------------------------------------------------------------------------------------
+
+WIDTHS = [1, 2, 4, 8, 16, 32]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype,lanes", VALUE_TYPES, ids=[_name(d, n) for d, n in VALUE_TYPES])
+def test_warp_reduce_all_widths(mod, dev, dtype, lanes, op):
+    op = OPS[op]
+    if op == SUM and _is_fp8(dtype):
+        pytest.skip("no SUM for fp8")
+    n = 256
+    shape = (n,) if lanes == 1 else (n, lanes)
+    x = _random(dtype, shape, seed=lanes * 100 + op)
+    out = torch.zeros((13, *shape), dtype=dtype, device=dev)
+    mod.warp_reduce(x.to(dev), out, op, lanes)
+    out = out.cpu()
+    warps = x.view(n // 32, 32, *shape[1:])
+    for k, w in enumerate(WIDTHS):
+        inner = [w >> s for s in range(1, 6) if w >> s >= 1]
+        outer = [m for m in (1, 2, 4, 8, 16) if m >= w]
+        for row, masks in ((2 * k, inner), (2 * k + 1, outer)):
+            want = _butterfly(warps, masks, op).reshape(shape)
+            assert_bitwise_equal(out[row], want, f"width {w}, {'inner' if row % 2 == 0 else 'outer'}")
+    assert_bitwise_equal(out[12], out[10], "reduce_sum/max/min vs reduce<Op, 32>")
+    # And against torch's own reduction over each warp (exact for max/min and integers).
+    full = out[10].view(n // 32, 32, *shape[1:])[:, 0]
+    if op != SUM or not dtype.is_floating_point:
+        ref = {SUM: lambda t: t.sum(1, dtype=dtype), MAX: lambda t: t.float().amax(1).to(dtype) if _is_fp8(dtype)
+               else t.amax(1), MIN: lambda t: t.float().amin(1).to(dtype) if _is_fp8(dtype) else t.amin(1)}[op]
+        assert_bitwise_equal(full, ref(warps), "vs torch")
+    else:
+        torch.testing.assert_close(full.float(), warps.float().sum(1), rtol=2e-2, atol=0.5)
+
+
+@pytest.mark.parametrize("block", [32, 96, 256, 1024])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype,lanes", [(torch.float32, 1), (torch.float16, 1), (torch.bfloat16, 1), (E4M3, 1),
+                                         (torch.int32, 1), (torch.int64, 1), (torch.int8, 1), (torch.float16, 2),
+                                         (torch.float32, 4)],
+                         ids=lambda v: _name(v) if isinstance(v, torch.dtype) else str(v))
+def test_cta_reduce(mod, dev, dtype, lanes, op, block):
+    op = OPS[op]
+    if op == SUM and _is_fp8(dtype):
+        pytest.skip("no SUM for fp8")
+    blocks = 3
+    rest = () if lanes == 1 else (lanes,)
+    x = _random(dtype, (blocks * block, *rest), seed=block + op)
+    out = torch.zeros((blocks, *rest), dtype=dtype, device=dev)
+    mod.cta_reduce(x.to(dev), out, op, lanes, block)
+    # Reference: a butterfly per warp, then one over the warp partials padded with the identity.
+    masks = (16, 8, 4, 2, 1)
+    warps = x.view(blocks * block // 32, 32, *rest)
+    partial = _butterfly(warps, masks, op)[:, 0].view(blocks, block // 32, *rest)
+    ident = _identity(dtype, op)
+    pad = torch.full((blocks, 32 - block // 32, *rest), ident, dtype=torch.float64).to(dtype) \
+        if dtype.is_floating_point else torch.full((blocks, 32 - block // 32, *rest), ident, dtype=dtype)
+    want = _butterfly(torch.cat([partial, pad], 1), masks, op)[:, 0]
+    assert_bitwise_equal(out, want, "cta reduce")
+
+
+@pytest.mark.parametrize("dtype,lanes", VALUE_TYPES, ids=[_name(d, n) for d, n in VALUE_TYPES])
+def test_reduction_identity(mod, dev, dtype, lanes):
+    shape = (3,) if lanes == 1 else (3, lanes)
+    out = torch.zeros(shape, dtype=dtype, device=dev)
+    mod.identity(out, lanes)
+    values = [_identity(dtype, MAX), _identity(dtype, MIN), 0]
+    want = torch.tensor(values, dtype=torch.float64).to(dtype) if dtype.is_floating_point else \
+        torch.tensor(values, dtype=dtype)
+    if lanes > 1:
+        want = want[:, None].expand(shape).contiguous()
+    if _is_fp8(dtype):
+        out[2] = 0  # no SUM identity for fp8: the kernel leaves it alone
+    assert_bitwise_equal(out, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Casts
+# ---------------------------------------------------------------------------------------------
+
+SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, 1.0 / 3, 448.0, 449.0, 464.0, 465.0, 479.0, 480.0, 500.0, -1000.0, 57344.0,
+            61439.0, 61440.0, 65504.0, 65520.0, 1e5, -1e30, 2.0**-6, 2.0**-9, 2.0**-10, 2.0**-10 * 1.5, 2.0**-16,
+            2.0**-17, 2.0**-18, 2.0**-24, 2.0**-25, 1.0009765625, 1.0625, 1.1875, 3.4e38, -3.4e38, 1e-40,
+            math.inf, -math.inf, math.nan]
+
+
+def _cast_input(src: torch.dtype, dst: torch.dtype, n: int) -> torch.Tensor:
+    """Random values plus edge cases (fp8 ties, saturation, subnormals, inf, NaN) that are
+    representable in `src` and, for integer destinations, in range."""
+    g = torch.Generator().manual_seed(7)
+    if dst.is_floating_point:
+        vals = torch.cat([torch.tensor(SPECIALS, dtype=torch.float64),
+                          torch.randn(n, generator=g, dtype=torch.float64) * torch.logspace(-8, 6, n, dtype=torch.float64)])
+        if src.is_floating_point:
+            return vals.to(src)
+        info = torch.iinfo(src)
+        return vals.nan_to_num(0, 0, 0).clamp(info.min, info.max).to(torch.int64).to(src)
+    info = torch.iinfo(dst)
+    lo, hi = max(info.min, -1000), min(info.max, 1000)
+    if src.is_floating_point:
+        lo, hi = max(lo, -400), min(hi, 400)  # inside every float format's range
+        vals = torch.rand(n, generator=g, dtype=torch.float64) * (hi - lo) + lo
+        return vals.to(src).float().clamp(lo, hi).to(src)
+    sinfo = torch.iinfo(src)
+    return torch.randint(max(lo, sinfo.min), min(hi, sinfo.max) + 1, (n,), generator=g).to(src)
+
+
+@pytest.mark.parametrize("dst", SCALARS, ids=_name)
+@pytest.mark.parametrize("src", SCALARS, ids=_name)
+def test_cast_scalar(mod, dev, src, dst):
+    x = _cast_input(src, dst, 300)
+    out = torch.empty(x.shape, dtype=dst, device=dev)
+    mod.cast(x.to(dev), out, 1)
+    assert_bitwise_equal(out, x.to(dst), f"{_name(src)} -> {_name(dst)}")
+
+
+PACKED2 = [torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2]
+PACKED4 = [torch.float32, E4M3, E5M2]
+
+
+@pytest.mark.parametrize("lanes,src,dst", [(2, s, d) for s in PACKED2 for d in PACKED2] +
+                         [(4, s, d) for s in PACKED4 for d in PACKED4],
+                         ids=lambda v: _name(v) if isinstance(v, torch.dtype) else f"x{v}")
+def test_cast_packed(mod, dev, lanes, src, dst):
+    x = _cast_input(src, dst, 4 * 64 - len(SPECIALS))[: 4 * 64 // lanes * lanes].view(-1, lanes)
+    out = torch.empty(x.shape, dtype=dst, device=dev)
+    mod.cast(x.to(dev), out, lanes)
+    assert_bitwise_equal(out, x.to(dst), f"{_name(src, lanes)} -> {_name(dst, lanes)}")
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=_name)
+def test_fp8_round_trip_every_encoding(mod, dev, fmt):
+    """All 256 encodings: fp8 -> fp32 -> fp8 and fp8 -> fp16 -> fp8 give the same bits (NaN
+    aside), and fp8 -> fp32 matches torch."""
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(fmt)
+    wide = torch.empty(256, dtype=torch.float32, device=dev)
+    mod.cast(codes.to(dev), wide, 1)
+    assert_bitwise_equal(wide, codes.float(), "fp8 -> fp32")
+    back = torch.empty(256, dtype=fmt, device=dev)
+    mod.cast(wide, back, 1)
+    assert_bitwise_equal(back, codes, "fp32 -> fp8")
+    half = torch.empty(256, dtype=torch.float16, device=dev)
+    mod.cast(codes.to(dev), half, 1)
+    mod.cast(half, back, 1)
+    assert_bitwise_equal(back, codes, "fp16 -> fp8")
+
+
+def test_fp8_saturation_matches_torch(mod, dev):
+    """E4M3 saturates to +-448 (infinities included); E5M2 overflows to +-inf."""
+    x = torch.tensor([1e4, -1e4, math.inf, -math.inf, 470.0, 57344.0, 61440.0, 1e6], dtype=torch.float32)
+    for fmt, want in ((E4M3, [448, -448, 448, -448, 448, 448, 448, 448]),
+                      (E5M2, [10240, -10240, math.inf, -math.inf, 448, 57344, math.inf, math.inf])):
+        out = torch.empty(x.shape, dtype=fmt, device=dev)
+        mod.cast(x.to(dev), out, 1)
+        assert out.cpu().float().tolist() == want
+        assert_bitwise_equal(out, x.to(fmt))
+
+
+# ---------------------------------------------------------------------------------------------
+# math.cuh and unpack
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype,lanes", VALUE_TYPES, ids=[_name(d, n) for d, n in VALUE_TYPES])
+def test_math_exact(mod, dev, dtype, lanes):
+    n = 200
+    shape = (n,) if lanes == 1 else (n, lanes)
+    a, b = _random(dtype, shape, seed=1), _random(dtype, shape, seed=2)
+    if dtype.is_signed and not dtype.is_floating_point:
+        a.view(-1)[0] = torch.iinfo(dtype).min  # abs keeps the most negative value
+    out = torch.zeros((9, *shape), dtype=dtype, device=dev)
+    mod.math(a.to(dev), b.to(dev), out, lanes)
+    out = out.cpu()
+    f = (lambda t: t.float()) if _is_fp8(dtype) else (lambda t: t)
+    assert_bitwise_equal(out[0], f(a).abs().to(dtype) if not (dtype.is_signed and not dtype.is_floating_point)
+                         else a.abs(), "abs")
+    assert_bitwise_equal(out[1], torch.maximum(f(a), f(b)).to(dtype), "max")
+    assert_bitwise_equal(out[2], torch.minimum(f(a), f(b)).to(dtype), "min")
+    assert_bitwise_equal(out[3], _bits(a).flip(-1).view(dtype) if lanes > 1 else a, "unpack")
+
+
+def test_math_fp32(mod, dev):
+    g = torch.Generator().manual_seed(3)
+    a = torch.cat([torch.randn(500, generator=g) * 4, torch.tensor([0.0, 1.0, 2.0, 1e-30, 1e30, 87.0, -87.0])])
+    a[-2:] = a[-2:].clamp(-80, 80)
+    b = torch.zeros_like(a)
+    out = torch.zeros((9, a.numel()), device=dev)
+    mod.math(a.to(dev), b.to(dev), out, 1)
+    out = out.cpu()
+    ax = a.abs()
+    # The reference rounds the double-precision root once (exact: 53 >= 2 * 24 + 2 bits);
+    # torch's own float32 sqrt on the CPU is not always correctly rounded.
+    assert_bitwise_equal(out[4], ax.double().sqrt().float(), "sqrt is correctly rounded")
+    finite = ax > 0
+    torch.testing.assert_close(out[5][finite], ax[finite].rsqrt(), rtol=1e-6, atol=0)
+    # __expf on the GPU: about 2 + 1.2 * |x| / ln 2 ulp.
+    ref = a.double().exp()
+    fin = ref.isfinite() & (ref < 3e38)
+    assert torch.equal(out[6][~fin], ref[~fin].float()), "exp overflow"
+    rel = ((out[6].double() - ref) / ref).abs()[fin]
+    assert bool((rel <= 2.0**-23 * (4 + 2 * a.double().abs()[fin] / math.log(2))).all()), float(rel.max())
+    torch.testing.assert_close(out[7], a.sin(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out[8], a.cos(), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# atomic.cuh
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["mixed", "all_negative", "init_above", "zeros"])
+def test_atomic_max_min(mod, dev, case):
+    g = torch.Generator().manual_seed(5)
+    m = 7
+    if case == "zeros":
+        x = torch.tensor([-0.0] * 20 + [0.0] + [-0.0] * 20)
+        m = 1
+    else:
+        x = torch.randn(3001, generator=g) * 100
+        if case == "all_negative":
+            x = -x.abs() - 1
+    init_max = torch.full((m,), -math.inf)
+    init_min = torch.full((m,), math.inf)
+    if case == "init_above":
+        x = -x.abs() - 1
+        init_max = torch.full((m,), -0.5)  # every value is below: max must keep it
+        init_min = torch.full((m,), -1e9)  # every value is above: min must keep it
+    out_max, out_min = init_max.to(dev), init_min.to(dev)
+    mod.atomic_minmax(x.to(dev), out_max, out_min)
+    idx = torch.arange(x.numel()) % m
+    want_max = init_max.scatter_reduce(0, idx, x, "amax")
+    want_min = init_min.scatter_reduce(0, idx, x, "amin")
+    if case == "zeros":  # -0.0 < +0.0 for both
+        want_max, want_min = torch.tensor([0.0]), torch.tensor([-0.0])
+    assert_bitwise_equal(out_max, want_max, "atomic max")
+    assert_bitwise_equal(out_min, want_min, "atomic min")
+
+
+# ---------------------------------------------------------------------------------------------
+# vec.cuh / tile.cuh
+# ---------------------------------------------------------------------------------------------
+
+MEMORY_TYPES = [torch.float32, torch.float16, torch.bfloat16, E4M3, torch.int8, torch.int32, torch.int64]
+
+
+@pytest.mark.parametrize("vec_bytes", [1, 2, 4, 8, 16, 32])
+@pytest.mark.parametrize("dtype", MEMORY_TYPES, ids=_name)
+def test_aligned_vector_tails(mod, dev, dtype, vec_bytes):
+    size = torch.empty((), dtype=dtype).element_size()
+    if vec_bytes < size:
+        pytest.skip("vector narrower than one element")
+    vec_n = vec_bytes // size
+    fill = 0.5 if dtype.is_floating_point else 3
+    for n in sorted({0, 1, vec_n - 1, vec_n, vec_n + 1, 7 * vec_n + 3, 1000}):
+        x = _random(dtype, (n,), seed=n)
+        out = torch.zeros(n, dtype=dtype, device=dev)
+        mod.vector_max(x.to(dev), out, fill, vec_bytes)
+        want = torch.maximum(x.float(), torch.tensor(float(fill))).to(dtype) if _is_fp8(dtype) else \
+            torch.maximum(x, torch.tensor(fill, dtype=dtype))
+        assert_bitwise_equal(out, want, f"n={n}")
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["cta", "cta_vector_and_tail", "warp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, E4M3, torch.int8, torch.int64], ids=_name)
+def test_tile_memory_tails(mod, dev, dtype, mode):
+    for block in (32, 96):
+        for n in (0, 1, 31, 32, 33, block - 1, block + 1, 1000, 1029):
+            x = _random(dtype, (n,), seed=n + block)
+            out = torch.zeros(n, dtype=dtype, device=dev)
+            mod.tile_abs(x.to(dev), out, mode, block)
+            want = x.float().abs().to(dtype) if _is_fp8(dtype) else x.abs()
+            assert_bitwise_equal(out, want, f"block={block}, n={n}")

@@ -101,7 +101,10 @@ def command_lines(spec: BuildSpec, tc: Toolchain) -> dict[str, list[str]]:
     cmds = {
         "cxx": [tc.cxx.path, "-std=c++17", "-O2", "-fPIC", "-DNDEBUG", *inc, *spec.cflags],
         "emu": [
+            # No FP contraction, so float results match the GPU's (kernels spell their fmas);
+            # no strict aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
             tc.cxx.path, "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off",
+            "-fno-strict-aliasing",
             "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h", *san, *inc, *spec.cflags,
         ],
     }

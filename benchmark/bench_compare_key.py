@@ -9,6 +9,8 @@ Each case compares two int32 keys of length L whose first difference is at posit
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import sys
 import time
@@ -78,7 +80,8 @@ def main() -> None:
         gbs = 2 * 4 * length / (res[0] * 1e-6) / 1e9
         rows.append([length, *res, gbs])
         print(rows[-1], flush=True)
-    lines = common.header("compare_key (CPU)", "python benchmark/bench_compare_key.py " + " ".join(sys.argv[1:]))
+    cpu = f"CPU ({platform.machine()}, {os.cpu_count()} cores{', host of an ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''})"
+    lines = common.header("compare_key (CPU)", "python benchmark/bench_compare_key.py " + " ".join(sys.argv[1:]), cpu)
     lines += ["Common prefix of two int32 keys differing only at the last position; median us per call.", ""]
     lines += common.markdown_table(
         ["length", "kernkit us", "numpy us", "torch us", "python loop us", "kernkit GB/s scanned"], rows)

@@ -91,14 +91,15 @@ def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
     return min(rounds)
 
 
-def header(title: str, command: str) -> list[str]:
-    """The lines every results file starts with: date, GPU, software, command, commit."""
+def header(title: str, command: str, device: str | None = None) -> list[str]:
+    """The lines every results file starts with: date, device (the GPU unless given), software,
+    command, commit."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                 cwd=Path(__file__).parent).stdout.strip() or "unknown"
     except OSError:
         commit = "unknown"
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
+    gpu = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu")
     try:
         import tvm_ffi
 

@@ -122,4 +122,4 @@ def test_three_d_weight_is_refused():
 
 def test_specializations_describe_builds():
     reqs = ops.embedding.specializations([torch.bfloat16, torch.float16], 1024, backend="cpu")
-    assert [r.marker for r in reqs] == [("indexing", "2", "2048", "16", "4", "false")]
+    assert [r.marker for r in reqs] == [("indexing", "2", "2048", "16", "2", "false")]

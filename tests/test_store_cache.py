@@ -148,6 +148,6 @@ def test_unsupported_dtype():
 def test_specializations_describe_builds():
     reqs = ops.kvcache.specializations([torch.bfloat16, torch.float16, torch.float8_e4m3fn], 8, 128, backend="cpu")
     assert [r.marker for r in reqs] == [
-        ("store_cache", "2", "2048", "16", "4", "false", "false"),
-        ("store_cache", "1", "1024", "16", "4", "false", "false"),
+        ("store_cache", "2", "2048", "16", "2", "false", "false"),
+        ("store_cache", "1", "1024", "16", "2", "false", "false"),
     ]

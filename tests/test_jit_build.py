@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CSRC, REPO
+REPO = Path(__file__).resolve().parent.parent
+CSRC = REPO / "tests" / "csrc"
 from kernkit.jit import CompileError, JitDisabledError, load_jit, make_cpp_args
 from kernkit.jit import cache as jit_cache
 from kernkit.jit.core import make_spec

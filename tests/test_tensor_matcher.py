@@ -3,11 +3,14 @@ message naming the tensor's role, the dimension and the expected and actual valu
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from conftest import CSRC
 from kernkit.jit import load_jit
+
+CSRC = Path(__file__).resolve().parent / "csrc"
 
 
 @pytest.fixture(scope="module")

@@ -132,9 +132,12 @@ def _probe(path: str) -> str:
     except (OSError, subprocess.SubprocessError) as e:
         raise ToolchainError(f"cannot run '{path} --version': {e}") from e
     lines = [line.strip() for line in out.splitlines() if line.strip()]
-    # nvcc prints the release on its last line ("Build cuda_13.0.r13.0/compiler..."); compilers
-    # like gcc print it on the first.
-    return " | ".join(lines[:1] + lines[-1:]) if lines else "unknown"
+    if not lines:
+        return "unknown"
+    # nvcc names its release on later lines ("Cuda compilation tools, release 13.0, ..." and
+    # "Build cuda_13.0.r13.0/compiler..."); gcc and clang name theirs on the first.
+    release = [line for line in lines if "release" in line or line.startswith("Build ")]
+    return " | ".join(release) if release else lines[0]
 
 
 def _remember(key: tuple, version: str) -> None:

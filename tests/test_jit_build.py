@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-CSRC = REPO / "tests" / "csrc"
 from kernkit.jit import CompileError, JitDisabledError, load_jit, make_cpp_args
 from kernkit.jit import cache as jit_cache
 from kernkit.jit.core import make_spec
+
+REPO = Path(__file__).resolve().parent.parent
+CSRC = REPO / "tests" / "csrc"
 
 HOST_SRC = """\
 #pragma once

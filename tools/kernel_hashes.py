@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Hashes of every shipped CUDA kernel's outputs on a fixed set of inputs.
+
+The same cases run on the GPU (``--device cuda``) and on the CPU emulator (``--device cpu``);
+both must produce the same bytes. Every output is first compared with the torch reference
+computed on the CPU, so a wrong result is never hashed.
+
+    python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json   # on a GPU
+    python tools/kernel_hashes.py --device cpu --check tests/data/kernel_hashes.json    # anywhere
+
+Inputs come from a ``torch.Generator`` seeded per case (from the case's name) on the CPU and are
+then copied to the device, so both sides see identical bytes. An output's hash is the sha256 of
+``t.cpu().contiguous().view(torch.uint8)``; where an op writes into a view, the whole
+underlying buffer is hashed (the bytes it must not touch included).
+
+Cases deliberately avoid what the GPU leaves unspecified: no two valid ``store_cache`` indices
+name the same row (the winner of a duplicate is not defined), and ``scale`` inputs hold no NaN
+(the GPU returns the canonical NaN, the CPU keeps payloads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# On the CPU the ops must run the kernels through the emulator, never the torch reference
+# (which would hash the reference against itself); ``emu`` makes a missing emulator an error.
+os.environ.setdefault("KERNKIT_CPU_OPS", "emu")
+
+import torch  # noqa: E402
+
+from kernkit import ops  # noqa: E402
+from kernkit.ops import reference  # noqa: E402
+
+FORMAT = 1
+
+#: What an output is: (the op's result, moved to the CPU; the reference's result).
+Outputs = dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float8_e4m3fn: "fp8e4m3",
+          torch.int32: "i32", torch.int64: "i64"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fixed input set for one kernel: ``run(device)`` runs the op there and returns its
+    outputs together with the torch reference's."""
+
+    name: str
+    kernel: str
+    run: Callable[[torch.device], Outputs]
+
+
+def generator(name: str) -> torch.Generator:
+    """A CPU generator seeded from the case's name (stable across runs and case order)."""
+    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+
+def rand_bits(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Random bytes viewed as ``dtype`` (any bit pattern: NaN payloads, -0.0, subnormals)."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype)
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().view(torch.uint8)
+
+
+def sha256(t: torch.Tensor) -> str:
+    return hashlib.sha256(as_bytes(t).numpy().tobytes()).hexdigest()
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
+
+
+# --------------------------------------------------------------------------------------------
+# store_cache
+
+
+def bad_indices(pool: int, index_dtype: torch.dtype) -> list[int]:
+    """Indices the kernel must skip. The int64 ones include values whose low 32 bits are a
+    valid row, so a kernel that truncated indices to int32 would write them."""
+    out = [-1, pool, pool + 7, -pool, -(2**31), 2**31 - 1]
+    if index_dtype == torch.int64:
+        out += [2**32 + 5, -(2**32) + 3, 2**40, -(2**62)]
+    return out
+
+
+def make_indices(n: int, pool: int, index_dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Distinct valid rows, with out-of-range entries at random positions (about a third of
+    them for short inputs, all of ``bad_indices`` for long ones)."""
+    idx = torch.randperm(pool, generator=gen)[:n].to(torch.int64)
+    bad = bad_indices(pool, index_dtype)
+    count = min(len(bad), n // 2 if n < 16 else len(bad))
+    pos = torch.randperm(n, generator=gen)[:count]
+    for p, value in zip(pos.tolist(), bad):
+        idx[p] = value
+    return idx.to(index_dtype)
+
+
+def store_case(dtype: torch.dtype, row: tuple[int, ...], n: int, index_dtype: torch.dtype, *, pool: int = 600,
+               strided_kv: bool = False, strided_cache: bool = False) -> Case:
+    """``store_cache`` into ``[pool, *row]`` caches. ``strided_kv``: K and V are slices of a fused
+    ``[n, 3, *row]`` tensor; ``strided_cache``: the caches are ``kv[:, 0]`` and ``kv[:, 1]`` of one
+    ``[pool, 2, *row]`` buffer (which is hashed whole)."""
+    shape = "x".join(map(str, row))
+    name = (f"store_cache/{_SHORT[dtype]}-{shape}-{_SHORT[index_dtype]}-n{n}"
+            + ("-strided_kv" if strided_kv else "") + ("-strided_cache" if strided_cache else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        if strided_cache:
+            kv = rand_bits((pool, 2, *row), dtype, gen)
+            bufs = {"kv_cache": kv}
+        else:
+            bufs = {"k_cache": rand_bits((pool, *row), dtype, gen), "v_cache": rand_bits((pool, *row), dtype, gen)}
+        if strided_kv:
+            qkv = rand_bits((n, 3, *row), dtype, gen)
+            k, v = qkv[:, 1], qkv[:, 2]
+        else:
+            k, v = rand_bits((n, *row), dtype, gen), rand_bits((n, *row), dtype, gen)
+        idx = make_indices(n, pool, index_dtype, gen)
+
+        def caches(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            return (b["kv_cache"][:, 0], b["kv_cache"][:, 1]) if strided_cache else (b["k_cache"], b["v_cache"])
+
+        dev = {key: t.to(device) for key, t in bufs.items()}
+        if strided_kv:
+            qkv_d = qkv.to(device)
+            k_d, v_d = qkv_d[:, 1], qkv_d[:, 2]
+        else:
+            k_d, v_d = k.to(device), v.to(device)
+        ops.store_cache(*caches(dev), idx.to(device), k_d, v_d)
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        reference.store_cache(*caches(ref), idx, k, v)
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "store_cache", run)
+
+
+# --------------------------------------------------------------------------------------------
+# indexing
+
+
+def indexing_case(dtype: torch.dtype, hidden: int, n: int, id_dtype: torch.dtype, *, rows: int = 300,
+                  vocab_range: tuple[int, int] | None = None, strided_weight: bool = False,
+                  out_view: bool = False) -> Case:
+    """``indexing`` from a ``[rows, hidden]`` table. ``vocab_range``: a shard ``(start, length)``
+    (``length <= rows``: the rows past it are padding that must never be read);
+    ``strided_weight``: the table is a column slice of a wider one; ``out_view``: ``out=`` is a
+    strided slice of a wider buffer (hashed whole)."""
+    name = (f"indexing/{_SHORT[dtype]}-h{hidden}-{_SHORT[id_dtype]}-n{n}"
+            + (f"-shard{vocab_range[0]}+{vocab_range[1]}" if vocab_range else "")
+            + ("-strided_weight" if strided_weight else "") + ("-out_view" if out_view else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        start, length = vocab_range if vocab_range else (0, rows)
+        table = rand_bits((rows, 3 * hidden if strided_weight else hidden), dtype, gen)
+        ids = torch.randint(max(0, start - 40), start + length + 40, (n,), generator=gen, dtype=torch.int64)
+        extremes = [-1, start - 1, start + length, rows, 2**31 - 1, -(2**31)]
+        if id_dtype == torch.int64:
+            extremes += [2**32 + start + 1, 2**40]  # low 32 bits inside the range
+        for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes[: n // 2 if n < 16 else None]):
+            ids[p] = value
+        ids = ids.to(id_dtype)
+        buf = rand_bits((n, 3 * hidden), dtype, gen) if out_view else None
+
+        def weight_of(t: torch.Tensor) -> torch.Tensor:
+            return t[:, hidden : 2 * hidden] if strided_weight else t
+
+        table_d = table.to(device)
+        if out_view:
+            buf_d = buf.to(device)
+            out_d = buf_d[:, hidden : 2 * hidden]
+            res = ops.indexing(weight_of(table_d), ids.to(device), out=out_d, vocab_range=vocab_range)
+            if res.data_ptr() != out_d.data_ptr():
+                raise AssertionError(f"{name}: indexing(out=...) did not return out")
+            got = buf_d.cpu()
+            want = buf.clone()
+            reference.indexing(want[:, hidden : 2 * hidden], weight_of(table), ids, start, length)
+        else:
+            got = ops.indexing(weight_of(table_d), ids.to(device), vocab_range=vocab_range).cpu()
+            want = torch.empty((n, hidden), dtype=dtype)
+            reference.indexing(want, weight_of(table), ids, start, length)
+        return {"out": (got, want)}
+
+    return Case(name, "indexing", run)
+
+
+# --------------------------------------------------------------------------------------------
+# scale
+
+
+def scale_input(dtype: torch.dtype, size: int, gen: torch.Generator) -> torch.Tensor:
+    """Normal values of several magnitudes, and the special values of ``dtype`` (infinities,
+    zeros of both signs, the largest finite value, subnormals), no NaN."""
+    x = torch.randn(size, generator=gen) * torch.exp2(torch.randint(-20, 21, (size,), generator=gen).float())
+    x = x.to(dtype)
+    fi = torch.finfo(dtype)
+    specials = [float("inf"), float("-inf"), 0.0, -0.0, fi.max, -fi.max, fi.smallest_normal, fi.tiny / 4, -fi.eps]
+    for p, value in zip(torch.randperm(size, generator=gen).tolist(), specials[: max(0, size - 1)]):
+        x[p] = value
+    if torch.isnan(x).any():
+        raise AssertionError("scale inputs must hold no NaN")
+    return x
+
+
+def scale_case(dtype: torch.dtype, n: int, factor: float, *, offset: int = 0, out_view: bool = False) -> Case:
+    """``scale`` of ``n`` elements. ``offset``: the input starts ``offset`` elements into its
+    buffer (1: misaligned, the scalar path); ``out_view``: ``out=`` is the slice ``[1, n + 1)``
+    of a buffer of ``n + 2`` (hashed whole)."""
+    name = (f"scale/{_SHORT[dtype]}-n{n}-f{factor!r}" + (f"-offset{offset}" if offset else "")
+            + ("-out_view" if out_view else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        base = scale_input(dtype, n + offset, gen)
+        x = base[offset:]
+        # fp32 arithmetic with the factor rounded to fp32, rounded once to the dtype.
+        want = (x.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(dtype)
+        x_d = base.to(device)[offset:]
+        if out_view:
+            buf = scale_input(dtype, n + 2, gen)
+            buf_d = buf.to(device)
+            res = ops.scale(x_d, factor, out=buf_d[1 : n + 1])
+            if res.data_ptr() != buf_d[1:].data_ptr():
+                raise AssertionError(f"{name}: scale(out=...) did not return out")
+            expect = buf.clone()
+            expect[1 : n + 1] = want
+            return {"out": (buf_d.cpu(), expect)}
+        return {"out": (ops.scale(x_d, factor).cpu(), want)}
+
+    return Case(name, "scale", run)
+
+
+# --------------------------------------------------------------------------------------------
+# The fixed set. Specializations (each costs a CPU build): store_cache rows of 1152 B (576 x
+# 2-byte), 2048 B, 512 B, 256 B and 6 B; indexing rows of 1152 B, 400 B and 6 B; scale x 3.
+
+
+def cases() -> list[Case]:
+    bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+    i32, i64 = torch.int32, torch.int64
+    out = [
+        # 576 x 2 bytes (an MLA latent row), 3-d bf16 and 2-d fp16 share the build.
+        *(store_case(bf16, (1, 576), n, i64) for n in (0, 1, 7, 513)),
+        store_case(bf16, (1, 576), 7, i32),
+        store_case(fp16, (576,), 7, i32, strided_kv=True),
+        store_case(fp16, (576,), 513, i64, strided_kv=True),
+        # 8 heads x 128, fused QKV inputs and K/V halves of one cache buffer.
+        store_case(bf16, (8, 128), 7, i32, strided_kv=True, strided_cache=True),
+        store_case(bf16, (8, 128), 513, i64, strided_kv=True, strided_cache=True),
+        store_case(fp16, (8, 128), 513, i32),
+        # 512 B rows of fp32, 3-d and 2-d.
+        store_case(fp32, (4, 32), 7, i64),
+        store_case(fp32, (128,), 513, i32, strided_cache=True),
+        # fp8 (e4m3), 256 B rows.
+        store_case(fp8, (2, 128), 1, i32),
+        store_case(fp8, (2, 128), 7, i64, strided_kv=True),
+        store_case(fp8, (256,), 513, i64),
+        # 6-byte rows (3 x fp16): 2-byte accesses.
+        store_case(fp16, (3,), 7, i32),
+        store_case(fp16, (1, 3), 513, i64, strided_kv=True, strided_cache=True),
+        # indexing: full tables and vocabulary shards.
+        indexing_case(bf16, 576, 0, i64),
+        indexing_case(bf16, 576, 1, i32),
+        indexing_case(bf16, 576, 7, i64),
+        indexing_case(bf16, 576, 513, i64, out_view=True),
+        indexing_case(fp16, 576, 513, i32, rows=260, vocab_range=(250, 200), strided_weight=True),
+        indexing_case(fp16, 576, 7, i64, rows=200, vocab_range=(1000, 200), out_view=True),
+        indexing_case(fp32, 100, 7, i32),
+        indexing_case(fp32, 100, 513, i64, rows=120, vocab_range=(0, 100), out_view=True),
+        indexing_case(fp8, 6, 7, i64),
+        indexing_case(fp8, 6, 513, i32, rows=90, vocab_range=(37, 80), strided_weight=True, out_view=True),
+    ]
+    for dtype, sizes in ((fp16, (1, 7, 4099)), (bf16, (9, 100003)), (fp32, (5, 4099))):
+        for n in sizes:
+            for factor in (1.7, -0.3, 1e-40):
+                out.append(scale_case(dtype, n, factor))
+        out.append(scale_case(dtype, 1031, -2.5, offset=1))
+        out.append(scale_case(dtype, 1029, 0.5, out_view=True))
+    out.append(scale_case(fp16, 0, 1.7))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise AssertionError("case names must be unique")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+
+
+class ReferenceMismatch(AssertionError):
+    """An op's output differs from the torch reference."""
+
+
+def run_case(case: Case, device: torch.device) -> dict[str, dict]:
+    """Run one case; check every output against the reference byte for byte; its hashes."""
+    result = {}
+    for key, (got, want) in case.run(device).items():
+        if not same_bytes(got, want):
+            detail = ""
+            if got.shape == want.shape:
+                diff = (as_bytes(got) != as_bytes(want)).nonzero()
+                detail = f"; {diff.shape[0]} bytes differ, first at byte index {diff[0].tolist()}"
+            raise ReferenceMismatch(f"{case.name}: '{key}' differs from the torch reference ({device}): "
+                                    f"got {got.dtype} {list(got.shape)}, want {want.dtype} {list(want.shape)}{detail}")
+        result[key] = {"shape": list(got.shape), "dtype": str(got.dtype).removeprefix("torch."), "sha256": sha256(got)}
+    return result
+
+
+def compute(device: str | torch.device, only: str | None = None) -> dict[str, dict]:
+    """Every case's output hashes on ``device`` (``cpu``: the emulator)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        from kernkit.ops.kvcache import cpu_backend
+
+        if cpu_backend() != "cpu":
+            raise RuntimeError("the ops do not use the CPU emulator here (KERNKIT_CPU_OPS=reference?); "
+                               "hashing the torch reference would prove nothing")
+    return {c.name: run_case(c, device) for c in cases() if only is None or only in c.name}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"kernkit CPU emulator ({platform.machine()})"
+
+
+def document(device: str | torch.device, hashes: dict[str, dict]) -> dict:
+    device = torch.device(device)
+    import kernkit
+
+    return {
+        "format": FORMAT,
+        "source": "gpu" if device.type == "cuda" else "cpu-emulator",
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "kernkit": getattr(kernkit, "__version__", "?"),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "cases": hashes,
+    }
+
+
+def dumps(doc: dict) -> str:
+    """The hash file's text: the header fields, then one line per case."""
+    head = [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in doc.items() if k != "cases"]
+    body = [f"  {json.dumps(name)}: {json.dumps(outs, separators=(', ', ': '))}"
+            for name, outs in doc["cases"].items()]
+    return "{\n" + "\n".join(head) + '\n "cases": {\n' + ",\n".join(body) + "\n }\n}\n"
+
+
+def compare(expected: dict, hashes: dict[str, dict]) -> list[str]:
+    """Differences between a hash file's cases and freshly computed ones, one line each, naming
+    the case (and the output)."""
+    problems = []
+    want = expected.get("cases", {})
+    for name in sorted(want.keys() - hashes.keys()):
+        problems.append(f"{name}: in the file but not computed (case removed or renamed?)")
+    for name in sorted(hashes.keys() - want.keys()):
+        problems.append(f"{name}: computed but not in the file (regenerate the file on the GPU)")
+    for name in sorted(want.keys() & hashes.keys()):
+        w, g = want[name], hashes[name]
+        for key in sorted(w.keys() | g.keys()):
+            if key not in w or key not in g:
+                problems.append(f"{name}: output '{key}' present on one side only")
+            elif w[key] != g[key]:
+                what = [f for f in ("shape", "dtype", "sha256") if w[key].get(f) != g[key].get(f)]
+                problems.append(f"{name}: output '{key}' differs ({', '.join(what)}): file {w[key]}, computed {g[key]}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cuda (the GPU) or cpu (the CPU emulator)")
+    act = p.add_mutually_exclusive_group(required=True)
+    act.add_argument("--write", metavar="FILE", help="compute the hashes and write them to FILE")
+    act.add_argument("--check", metavar="FILE", help="compute the hashes and compare them with FILE")
+    act.add_argument("--list", action="store_true", help="list the cases")
+    p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (not with --write)")
+    args = p.parse_args(argv)
+
+    if args.list:
+        for c in cases():
+            print(c.name)
+        return 0
+    if args.write and args.only:
+        p.error("--write takes every case")
+    hashes = compute(args.device, args.only)
+    if args.write:
+        path = Path(args.write)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dumps(document(args.device, hashes)))
+        print(f"{len(hashes)} cases on {device_name(torch.device(args.device))}: wrote {path}")
+        return 0
+    expected = json.loads(Path(args.check).read_text())
+    if args.only:
+        expected = {**expected, "cases": {k: v for k, v in expected["cases"].items() if args.only in k}}
+    problems = compare(expected, hashes)
+    for line in problems:
+        print(line)
+    src = f"{expected.get('source')} on {expected.get('device')}, {expected.get('date')}"
+    print(f"{len(hashes)} cases on {device_name(torch.device(args.device))} against {args.check} ({src}): "
+          + (f"{len(problems)} differences" if problems else "all match"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

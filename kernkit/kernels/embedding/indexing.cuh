@@ -130,23 +130,7 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
     LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock), ::kernkit::device::rows::kBlockThreads, dev)
         .enable_pdl(kUsePDL)(indexing_kernel<kRowBytes, kVec, kMaxPerThread, kUsePDL>, params);
   };
-  switch (rows::vec_width(kMaxVec, bits)) {
-    case 16:
-      if constexpr (kMaxVec >= 16) return launch(std::integral_constant<int32_t, 16>{});
-      break;
-    case 8:
-      if constexpr (kMaxVec >= 8) return launch(std::integral_constant<int32_t, 8>{});
-      break;
-    case 4:
-      if constexpr (kMaxVec >= 4) return launch(std::integral_constant<int32_t, 4>{});
-      break;
-    case 2:
-      if constexpr (kMaxVec >= 2) return launch(std::integral_constant<int32_t, 2>{});
-      break;
-    default:
-      break;
-  }
-  launch(std::integral_constant<int32_t, 1>{});
+  rows::with_vec_width<kMaxVec>(bits, launch);
 }
 
 }  // namespace kernkit

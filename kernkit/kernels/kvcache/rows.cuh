@@ -250,6 +250,33 @@ inline int32_t vec_width(int32_t max_vec, uint64_t bits) {
   return static_cast<int32_t>(bits & (~bits + 1));
 }
 
+/// \brief Call `launch(std::integral_constant<int32_t, W>{})` with the widest access width `W`
+/// (16, 8, 4, 2 or 1 bytes, at most `kMaxVec`) that the OR of every address and stride allows.
+/// Each width is a separate instantiation of the caller's kernel, all compiled into one module.
+/// \tparam kMaxVec Widest width the row size allows.
+/// \param bits OR of every pointer and byte stride the kernel touches.
+/// \param launch A generic callable taking the width as an integral constant.
+template <int32_t kMaxVec, typename Launch>
+inline void with_vec_width(uint64_t bits, Launch&& launch) {
+  switch (vec_width(kMaxVec, bits)) {
+    case 16:
+      if constexpr (kMaxVec >= 16) return launch(std::integral_constant<int32_t, 16>{});
+      break;
+    case 8:
+      if constexpr (kMaxVec >= 8) return launch(std::integral_constant<int32_t, 8>{});
+      break;
+    case 4:
+      if constexpr (kMaxVec >= 4) return launch(std::integral_constant<int32_t, 4>{});
+      break;
+    case 2:
+      if constexpr (kMaxVec >= 2) return launch(std::integral_constant<int32_t, 2>{});
+      break;
+    default:
+      break;
+  }
+  launch(std::integral_constant<int32_t, 1>{});
+}
+
 /// \brief Blocks needed to give `n` rows a thread group each, checked to fit the grid.
 inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block) {
   const int64_t blocks = div_ceil(n, rows_per_block);

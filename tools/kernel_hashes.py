@@ -32,14 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# On the CPU the ops must run the kernels through the emulator, never the torch reference
-# (which would hash the reference against itself); ``emu`` makes a missing emulator an error.
-os.environ.setdefault("KERNKIT_CPU_OPS", "emu")
+import torch
 
-import torch  # noqa: E402
-
-from kernkit import ops  # noqa: E402
-from kernkit.ops import reference  # noqa: E402
+from kernkit import ops
+from kernkit.ops import reference
 
 FORMAT = 1
 
@@ -70,6 +66,12 @@ def rand_bits(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) 
     elem = torch.empty((), dtype=dtype).element_size()
     raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
     return raw.view(dtype)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy of ``t`` on ``device``, never ``t`` itself (on the CPU too): the reference's
+    tensors stay apart from the op's."""
+    return t.to(device, copy=True)
 
 
 def as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -135,16 +137,16 @@ def store_case(dtype: torch.dtype, row: tuple[int, ...], n: int, index_dtype: to
         def caches(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             return (b["kv_cache"][:, 0], b["kv_cache"][:, 1]) if strided_cache else (b["k_cache"], b["v_cache"])
 
-        dev = {key: t.to(device) for key, t in bufs.items()}
-        if strided_kv:
-            qkv_d = qkv.to(device)
-            k_d, v_d = qkv_d[:, 1], qkv_d[:, 2]
-        else:
-            k_d, v_d = k.to(device), v.to(device)
-        ops.store_cache(*caches(dev), idx.to(device), k_d, v_d)
-
         ref = {key: t.clone() for key, t in bufs.items()}
         reference.store_cache(*caches(ref), idx, k, v)
+
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        if strided_kv:
+            qkv_d = to_device(qkv, device)
+            k_d, v_d = qkv_d[:, 1], qkv_d[:, 2]
+        else:
+            k_d, v_d = to_device(k, device), to_device(v, device)
+        ops.store_cache(*caches(dev), to_device(idx, device), k_d, v_d)
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
 
     return Case(name, "store_cache", run)
@@ -181,20 +183,23 @@ def indexing_case(dtype: torch.dtype, hidden: int, n: int, id_dtype: torch.dtype
         def weight_of(t: torch.Tensor) -> torch.Tensor:
             return t[:, hidden : 2 * hidden] if strided_weight else t
 
-        table_d = table.to(device)
         if out_view:
-            buf_d = buf.to(device)
-            out_d = buf_d[:, hidden : 2 * hidden]
-            res = ops.indexing(weight_of(table_d), ids.to(device), out=out_d, vocab_range=vocab_range)
-            if res.data_ptr() != out_d.data_ptr():
-                raise AssertionError(f"{name}: indexing(out=...) did not return out")
-            got = buf_d.cpu()
             want = buf.clone()
             reference.indexing(want[:, hidden : 2 * hidden], weight_of(table), ids, start, length)
         else:
-            got = ops.indexing(weight_of(table_d), ids.to(device), vocab_range=vocab_range).cpu()
             want = torch.empty((n, hidden), dtype=dtype)
             reference.indexing(want, weight_of(table), ids, start, length)
+
+        table_d = to_device(table, device)
+        if out_view:
+            buf_d = to_device(buf, device)
+            out_d = buf_d[:, hidden : 2 * hidden]
+            res = ops.indexing(weight_of(table_d), to_device(ids, device), out=out_d, vocab_range=vocab_range)
+            if res.data_ptr() != out_d.data_ptr():
+                raise AssertionError(f"{name}: indexing(out=...) did not return out")
+            got = buf_d.cpu()
+        else:
+            got = ops.indexing(weight_of(table_d), to_device(ids, device), vocab_range=vocab_range).cpu()
         return {"out": (got, want)}
 
     return Case(name, "indexing", run)
@@ -231,15 +236,15 @@ def scale_case(dtype: torch.dtype, n: int, factor: float, *, offset: int = 0, ou
         x = base[offset:]
         # fp32 arithmetic with the factor rounded to fp32, rounded once to the dtype.
         want = (x.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(dtype)
-        x_d = base.to(device)[offset:]
+        x_d = to_device(base, device)[offset:]
         if out_view:
             buf = scale_input(dtype, n + 2, gen)
-            buf_d = buf.to(device)
+            expect = buf.clone()
+            expect[1 : n + 1] = want
+            buf_d = to_device(buf, device)
             res = ops.scale(x_d, factor, out=buf_d[1 : n + 1])
             if res.data_ptr() != buf_d[1:].data_ptr():
                 raise AssertionError(f"{name}: scale(out=...) did not return out")
-            expect = buf.clone()
-            expect[1 : n + 1] = want
             return {"out": (buf_d.cpu(), expect)}
         return {"out": (ops.scale(x_d, factor).cpu(), want)}
 
@@ -392,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     act.add_argument("--list", action="store_true", help="list the cases")
     p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (not with --write)")
     args = p.parse_args(argv)
+    # On the CPU the ops must run the kernels through the emulator, never the torch reference
+    # (which would hash the reference against itself); ``emu`` makes a missing emulator an error.
+    os.environ.setdefault("KERNKIT_CPU_OPS", "emu")
 
     if args.list:
         for c in cases():

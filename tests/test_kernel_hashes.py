@@ -1,0 +1,127 @@
+"""GPU agreement: the CPU emulator reproduces ``tests/data/kernel_hashes.json``, the hashes of
+every shipped kernel's outputs on the fixed cases of ``tools/kernel_hashes.py`` (written on the
+GPU with ``python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json``)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import sys
+import warnings
+
+import pytest
+import torch
+
+from conftest import REPO
+from kernkit.ops.kvcache import cpu_backend
+
+HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"
+
+#: The kernel each CUDA file under kernkit/kernels belongs to. A new file with a ``__global__``
+#: kernel must be added here and get cases in tools/kernel_hashes.py.
+KERNEL_FILES = {
+    "elementwise/scale.cuh": "scale",
+    "embedding/indexing.cuh": "indexing",
+    "kvcache/store_kv.cuh": "store_cache",
+}
+
+
+def load_tool():
+    name = "kernel_hashes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "kernel_hashes.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def kh():
+    return load_tool()
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return json.loads(HASH_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def computed(kh):
+    assert cpu_backend() == "cpu", "CPU tensors must run through the emulator, not the torch reference"
+    return kh.compute("cpu")
+
+
+def test_hash_file_is_well_formed(expected):
+    assert expected["format"] == 1
+    assert expected["source"] in ("gpu", "cpu-emulator")
+    for field in ("device", "torch", "date"):
+        assert expected[field], field
+    assert expected["cases"]
+    for name, outs in expected["cases"].items():
+        assert outs, name
+        for key, out in outs.items():
+            assert re.fullmatch(r"[0-9a-f]{64}", out["sha256"]), (name, key)
+            assert isinstance(out["shape"], list) and out["dtype"], (name, key)
+
+
+def test_every_shipped_kernel_has_cases(kh):
+    kernels_dir = REPO / "kernkit" / "kernels"
+    with_kernels = {p.relative_to(kernels_dir).as_posix() for p in kernels_dir.rglob("*.cuh")
+                    if "__global__" in p.read_text()}
+    assert with_kernels == set(KERNEL_FILES), (
+        "CUDA kernel files changed: map them in KERNEL_FILES and give them cases in tools/kernel_hashes.py")
+    covered = {c.kernel for c in kh.cases()}
+    assert covered == set(KERNEL_FILES.values())
+
+
+def test_emulator_reproduces_the_hash_file(kh, expected, computed):
+    problems = kh.compare(expected, computed)
+    assert not problems, f"{len(problems)} cases differ from {HASH_FILE.name}:\n" + "\n".join(problems)
+    if expected["source"] != "gpu":
+        warnings.warn(f"{HASH_FILE.name} was written by the CPU emulator, not on a GPU: regenerate it with "
+                      "`python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json`",
+                      UserWarning)
+
+
+def test_a_differing_hash_is_reported_with_its_case(kh, expected, computed):
+    store = next(n for n in expected["cases"] if n.startswith("store_cache/"))
+    scale = next(n for n in expected["cases"] if n.startswith("scale/"))
+    changed = copy.deepcopy(expected)
+    out = changed["cases"][store]["k_cache"]
+    out["sha256"] = ("0" if out["sha256"][0] != "0" else "1") + out["sha256"][1:]
+    del changed["cases"][scale]
+    problems = kh.compare(changed, computed)
+    assert len(problems) == 2, problems
+    assert any(p.startswith(f"{store}: output 'k_cache' differs (sha256)") for p in problems), problems
+    assert any(p.startswith(f"{scale}: computed but not in the file") for p in problems), problems
+
+
+def _case(kh, name):
+    return next(c for c in kh.cases() if c.name == name)
+
+
+def test_a_wrong_result_is_never_hashed(kh, monkeypatch):
+    """The tool checks each output against torch before hashing: a store_cache that wraps
+    out-of-range indices (Python-style) and a scale that is one ulp off must fail loudly."""
+    real_store, real_scale = kh.ops.store_cache, kh.ops.scale
+
+    def wrapping_store(kc, vc, idx, k, v):
+        real_store(kc, vc, idx % kc.shape[0], k, v)
+
+    def off_by_one_ulp(x, factor, out=None):
+        res = real_scale(x, factor, out)
+        bits = res.view(torch.int16)
+        bits[0] += 1
+        return res
+
+    monkeypatch.setattr(kh.ops, "store_cache", wrapping_store)
+    monkeypatch.setattr(kh.ops, "scale", off_by_one_ulp)
+    case = _case(kh, "store_cache/bf16-1x576-i64-n7")
+    with pytest.raises(kh.ReferenceMismatch, match=re.escape(case.name) + ": 'k_cache' differs"):
+        kh.run_case(case, torch.device("cpu"))
+    case = _case(kh, "scale/fp16-n7-f1.7")
+    with pytest.raises(kh.ReferenceMismatch, match=re.escape(case.name) + ": 'out' differs"):
+        kh.run_case(case, torch.device("cpu"))

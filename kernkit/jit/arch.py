@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
@@ -48,11 +47,16 @@ class CudaArch:
     @classmethod
     def parse(cls, text: str) -> CudaArch:
         """Parse ``9.0``, ``9.0a``, ``90``, ``sm_90a``."""
+        # Plain string tests rather than a regular expression: this runs on every load (from
+        # $KERNKIT_CUDA_ARCH), and compiling a pattern costs more than the rest of a warm load's
+        # key computation.
         t = text.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("a")
-        m = re.fullmatch(r"(\d+)\.(\d+)", t) or re.fullmatch(r"(\d+)(\d)", t)
-        if not m:
+        major, dot, minor = t.partition(".")
+        if not dot and len(t) >= 2:
+            major, minor = t[:-1], t[-1:]
+        if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
             raise ArchError(f"cannot parse CUDA architecture {text!r}; expected e.g. '9.0' or 'sm_90'")
-        return cls(int(m.group(1)), int(m.group(2)))
+        return cls(int(major), int(minor))
 
 
 # One entry per device index; capabilities do not change during a process.

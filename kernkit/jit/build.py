@@ -84,6 +84,21 @@ class BuildSpec:
     deps: dict = field(default_factory=dict, compare=False)  # header path -> digest
 
 
+#: The fixed flags of each rule; ``cache.key_material`` hashes them, so changing one here
+#: rebuilds every specialization instead of silently reusing builds made with the old ones.
+CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")
+#: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
+#: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
+EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
+             "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h")
+#: ``-O3`` applies to the device code (cicc, ptxas). The host side of a .cu unit (the launcher,
+#: the FFI glue, the kernel stubs) is compiled at ``-O1``: its compile time is spent in the
+#: optimizer over the inline functions of the tvm-ffi headers, and ``-O1`` costs about a third
+#: less host-compile time than ``-O3`` with no measurable difference per call (docs/performance.md).
+NVCC_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler=-fPIC", "-Xcompiler=-O1", "--expt-relaxed-constexpr")
+BASE_FLAGS = {"cxx": CXX_FLAGS, "emu": EMU_FLAGS, "nvcc": NVCC_FLAGS}
+
+
 def _includes(spec: BuildSpec, tc: Toolchain) -> list[str]:
     dirs = [str(INCLUDE_DIR), str(KERNELS_DIR), *spec.include_paths]
     dirs += [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
@@ -99,20 +114,11 @@ def command_lines(spec: BuildSpec, tc: Toolchain) -> dict[str, list[str]]:
     inc = _includes(spec, tc)
     san = [f"-fsanitize={','.join(spec.sanitizers)}", "-fno-omit-frame-pointer", "-g"] if spec.sanitizers else []
     cmds = {
-        "cxx": [tc.cxx.path, "-std=c++17", "-O2", "-fPIC", "-DNDEBUG", *inc, *spec.cflags],
-        "emu": [
-            # No FP contraction, so float results match the GPU's (kernels spell their fmas);
-            # no strict aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
-            tc.cxx.path, "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off",
-            "-fno-strict-aliasing",
-            "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h", *san, *inc, *spec.cflags,
-        ],
+        "cxx": [tc.cxx.path, *CXX_FLAGS, *inc, *spec.cflags],
+        "emu": [tc.cxx.path, *EMU_FLAGS, *san, *inc, *spec.cflags],
     }
     if tc.nvcc is not None and spec.arch is not None:
-        cmds["nvcc"] = [
-            tc.nvcc.path, "-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr",
-            *spec.arch.nvcc_flags, *inc, *spec.cuda_cflags,
-        ]
+        cmds["nvcc"] = [tc.nvcc.path, *NVCC_FLAGS, *spec.arch.nvcc_flags, *inc, *spec.cuda_cflags]
     tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi())
     link = [tc.cxx.path, "-shared", *san, f"-L{tvm_lib.parent}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib.parent}"]
     if spec.backend == "cuda" and tc.cuda_home is not None:

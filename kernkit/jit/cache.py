@@ -35,7 +35,7 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from .build import LIB_NAME, BuildSpec
+from .build import BASE_FLAGS, LIB_NAME, BuildSpec
 from .codegen import PACKAGE_ROOT
 from .config import CACHE_DIR_VAR, cache_dir
 
@@ -58,6 +58,8 @@ def key_material(spec: BuildSpec) -> str:
 
     put("layout", LAYOUT, "kernkit", __version__, "tvm_ffi", tvm_ffi.__version__, "backend", spec.backend)
     put("arch", spec.arch or "-")
+    for rule in sorted({u.rule for u in spec.units}):
+        put("rule", rule, *BASE_FLAGS[rule], "|")
     for unit in spec.units:
         put("unit", unit.filename, unit.rule, unit.text)
     for name in ("cflags", "cuda_cflags", "ldflags", "include_paths", "sanitizers"):

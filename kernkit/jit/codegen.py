@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
@@ -74,24 +75,70 @@ def render_unit(title: str, files: Iterable[Path], wrappers: Sequence[tuple[str,
 
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 _scan_lock = threading.Lock()
-# path -> ((size, mtime_ns), content digest, [(quoted, name), ...]); the digest is recomputed
-# only when the stat changes, and a changed stat with the same bytes gives the same digest.
-_scanned: dict[str, tuple[tuple[int, int], str, list[tuple[bool, str]]]] = {}
+# path -> (size, mtime_ns, content digest, [[quoted, name], ...]). The digest and the include list
+# are recomputed only when the stat changes (and a changed stat with the same bytes gives the
+# same digest). The table is kept on disk too (``headers.json`` in the cache root), so that a new
+# process revalidates a header with one stat instead of reading, hashing and scanning it.
+_scanned: dict[str, list] = {}
+_disk_loaded: list[str] = []  # the cache root whose table was merged into _scanned
+_SCAN_FILE = "headers.json"
+_SCAN_VERSION = 1
 
 
-def _scan(path: Path) -> tuple[str, list[tuple[bool, str]]]:
-    key = str(path)
-    st = path.stat()
-    stamp = (st.st_size, st.st_mtime_ns)
-    with _scan_lock:
-        hit = _scanned.get(key)
-    if hit is not None and hit[0] == stamp:
-        return hit[1], hit[2]
-    data = path.read_bytes()
+def _scan_table_path() -> Path:
+    from .config import cache_dir
+
+    return cache_dir() / _SCAN_FILE
+
+
+def _load_scan_table() -> None:
+    """Merge the on-disk table into memory, once per cache root (caller holds ``_scan_lock``)."""
+    path = _scan_table_path()
+    root = str(path)
+    if _disk_loaded and _disk_loaded[0] == root:
+        return
+    _disk_loaded[:] = [root]
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return
+    if isinstance(data, dict) and data.get("version") == _SCAN_VERSION and isinstance(data.get("files"), dict):
+        for key, rec in data["files"].items():
+            _scanned.setdefault(key, rec)
+
+
+def _save_scan_table(fresh: dict[str, list]) -> None:
+    """Add newly scanned headers to the on-disk table (read, merge, atomic replace). Losing a
+    race with another process only costs that process a rescan; a read-only cache is fine."""
+    path = _scan_table_path()
+    try:
+        try:
+            data = json.loads(path.read_bytes())
+            files = data["files"] if data.get("version") == _SCAN_VERSION else {}
+        except (OSError, ValueError, KeyError, AttributeError):
+            files = {}
+        files.update(fresh)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps({"version": _SCAN_VERSION, "files": files}, separators=(",", ":")))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _scan(path: str, fresh: dict[str, list]) -> tuple[str, list]:
+    st = os.stat(path)
+    hit = _scanned.get(path)
+    if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
+        return hit[2], hit[3]
+    with open(path, "rb") as f:
+        data = f.read()
     digest = hashlib.sha256(data).hexdigest()
-    includes = [(m.group(1) == b'"', m.group(2).decode().strip()) for m in _INCLUDE.finditer(data)]
+    includes = [[m.group(1) == b'"', m.group(2).decode().strip()] for m in _INCLUDE.finditer(data)]
+    rec = [st.st_size, st.st_mtime_ns, digest, includes]
     with _scan_lock:
-        _scanned[key] = (stamp, digest, includes)
+        _scanned[path] = rec
+    fresh[path] = rec
     return digest, includes
 
 
@@ -99,20 +146,32 @@ def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[
     """Every file the roots include, transitively, that resolves in ``include_dirs`` (or, for
     ``"quoted"`` includes, next to the includer), mapped to its content digest. Headers that do
     not resolve there (the standard library, CUDA, tvm-ffi) are covered by the compiler and
-    tvm-ffi versions in the cache key instead."""
-    found: dict[Path, str] = {}
-    stack = [Path(r) for r in roots]
+    tvm-ffi versions in the cache key instead.
+
+    Every file of the closure is stat-ed and every include is resolved again on each call (so an
+    edited header, or a new one that shadows another, is seen); only the reading, hashing and
+    scanning of unchanged files is skipped."""
+    dirs = [str(d) for d in include_dirs]
+    found: dict[str, str] = {}
+    fresh: dict[str, list] = {}
+    isfile = os.path.isfile
+    join = os.path.join
+    stack = [os.path.normpath(str(r)) for r in roots]
+    with _scan_lock:
+        _load_scan_table()
     while stack:
         path = stack.pop()
         if path in found:
             continue
-        digest, includes = _scan(path)
+        digest, includes = _scan(path, fresh)
         found[path] = digest
         for quoted, name in includes:
-            bases = ([path.parent] if quoted else []) + list(include_dirs)
+            bases = ([os.path.dirname(path)] if quoted else []) + dirs
             for base in bases:
-                candidate = base / name
-                if candidate.is_file():
-                    stack.append(Path(os.path.normpath(candidate)))
+                candidate = join(base, name)
+                if isfile(candidate):
+                    stack.append(os.path.normpath(candidate))
                     break
-    return found
+    if fresh:
+        _save_scan_table(fresh)
+    return {Path(p): d for p, d in found.items()}

@@ -91,6 +91,9 @@ def find_cxx() -> str:
 
 _lock = threading.Lock()
 _versions: dict[tuple, str] = {}
+# The registry file as read once per process (per cache root); entries are still checked
+# against the binary's stat before use.
+_registry_cache: dict[str, dict] = {}
 
 
 def _stat_key(path: str) -> tuple:
@@ -116,12 +119,17 @@ def compiler(path: str) -> Compiler:
     with _lock:
         version = _versions.get(key)
         if version is None:
-            entry = _read_registry().get(key[0])
+            reg_path = str(_registry_path())
+            registry = _registry_cache.get(reg_path)
+            if registry is None:
+                registry = _registry_cache[reg_path] = _read_registry()
+            entry = registry.get(key[0])
             if entry and entry.get("size") == key[1] and entry.get("mtime_ns") == key[2]:
                 version = entry["version"]
             else:
                 version = _probe(path)
                 _remember(key, version)
+                registry[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": version}
             _versions[key] = version
     return Compiler(path=path, version=version)
 
@@ -154,8 +162,22 @@ def _remember(key: tuple, version: str) -> None:
         pass  # a read-only cache still builds; the version is then probed once per process
 
 
+_found: dict[tuple, str] = {}
+
+
+def _find_cached(what: str, finder) -> str:
+    """``finder()``, remembered per process against the environment variables it reads; the
+    path is used only while it still names a file (a removed compiler is looked up again)."""
+    env = os.environ
+    key = (what, env.get("PATH"), env.get("CXX"), env.get("CUDA_HOME"), env.get("CUDA_PATH"))
+    path = _found.get(key)
+    if path is None or not os.path.isfile(path):
+        path = _found[key] = finder()
+    return path
+
+
 def toolchain(with_nvcc: bool) -> Toolchain:
     """The toolchain of a build: the host compiler, plus nvcc for CUDA builds."""
-    cxx = compiler(find_cxx())
-    nvcc = compiler(find_nvcc()) if with_nvcc else None
+    cxx = compiler(_find_cached("cxx", find_cxx))
+    nvcc = compiler(_find_cached("nvcc", find_nvcc)) if with_nvcc else None
     return Toolchain(cxx=cxx, nvcc=nvcc)

@@ -188,6 +188,10 @@ class SymbolicSize {
   detail::Who bound_by_;
 };
 
+/// \brief The most options a `SymbolicDType` or `SymbolicDevice` may be restricted to (kept in
+/// fixed arrays, so that setting them allocates nothing on a launcher's per-call path).
+inline constexpr int32_t kMaxSymbolOptions = 8;
+
 /// \brief A dtype that binds on first use, optionally restricted to a set of C++ types.
 class SymbolicDType {
  public:
@@ -199,7 +203,10 @@ class SymbolicDType {
   /// \tparam Ts C++ types with a `DLDTypeOf` mapping (fp16_t, bf16_t, int32_t, ...).
   template <typename... Ts>
   SymbolicDType& set_options() {
-    options_ = {DLDTypeOf<Ts>::value...};
+    static_assert(sizeof...(Ts) <= kMaxSymbolOptions, "set_options takes at most 8 types");
+    const DLDataType list[] = {DLDTypeOf<Ts>::value..., DLDataType{}};
+    num_options_ = static_cast<int32_t>(sizeof...(Ts));
+    for (int32_t i = 0; i < num_options_; ++i) options_[i] = list[i];
     return *this;
   }
   /// \brief Whether a dtype is bound.
@@ -217,7 +224,8 @@ class SymbolicDType {
 
  private:
   friend class TensorMatcher;
-  std::vector<DLDataType> options_;
+  DLDataType options_[kMaxSymbolOptions] = {};
+  int32_t num_options_ = 0;
   DLDataType value_{};
   bool bound_ = false;
   detail::Who bound_by_;
@@ -233,7 +241,10 @@ class SymbolicDevice {
   /// \brief Restrict the accepted device types (e.g. `set_options<kDLCUDA>()`).
   template <DLDeviceType... Types>
   SymbolicDevice& set_options() {
-    options_ = {detail::effective_device_type(Types)...};
+    static_assert(sizeof...(Types) <= kMaxSymbolOptions, "set_options takes at most 8 device types");
+    const int32_t list[] = {detail::effective_device_type(Types)..., 0};
+    num_options_ = static_cast<int32_t>(sizeof...(Types));
+    for (int32_t i = 0; i < num_options_; ++i) options_[i] = list[i];
     return *this;
   }
   /// \brief Whether a device is bound.
@@ -246,7 +257,8 @@ class SymbolicDevice {
 
  private:
   friend class TensorMatcher;
-  std::vector<int32_t> options_;
+  int32_t options_[kMaxSymbolOptions] = {};
+  int32_t num_options_ = 0;
   DLDevice value_{};
   bool bound_ = false;
   detail::Who bound_by_;
@@ -407,8 +419,8 @@ class TensorMatcher {
     const DLDataType* allowed = dtypes_;
     int32_t n = num_dtypes_;
     if (n == 0 && dtype_sym_ != nullptr) {
-      allowed = dtype_sym_->options_.data();
-      n = static_cast<int32_t>(dtype_sym_->options_.size());
+      allowed = dtype_sym_->options_;
+      n = dtype_sym_->num_options_;
     }
     if (n > 0) {
       bool ok = false;
@@ -436,8 +448,8 @@ class TensorMatcher {
     const int32_t* allowed = device_types_;
     int32_t n = num_device_types_;
     if (n == 0 && device_sym_ != nullptr) {
-      allowed = device_sym_->options_.data();
-      n = static_cast<int32_t>(device_sym_->options_.size());
+      allowed = device_sym_->options_;
+      n = device_sym_->num_options_;
     }
     if (n > 0) {
       bool ok = false;

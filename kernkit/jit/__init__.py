@@ -11,13 +11,14 @@ from .arch import ArchError, CudaArch, is_arch_support_pdl, target_arch
 from .args import CppArgs, make_cpp_args
 from .build import CompileError
 from .cache import CacheDirError
-from .core import JitDisabledError, JitRequest, load_jit
+from .core import CaptureCompileError, JitDisabledError, JitRequest, load_jit
 from .memo import cache_once
 from .toolchain import ToolchainError
 
 __all__ = [
     "ArchError",
     "CacheDirError",
+    "CaptureCompileError",
     "CompileError",
     "CppArgs",
     "CudaArch",

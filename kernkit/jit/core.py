@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import filelock
+import torch
 import tvm_ffi
 
 from .._version import __version__
@@ -33,6 +34,23 @@ _module_locks = KeyedLocks()
 
 class JitDisabledError(RuntimeError):
     """``KERNKIT_JIT=off`` and the requested specialization is not in the cache."""
+
+
+class CaptureCompileError(RuntimeError):
+    """A specialization that is not in the cache was requested while the current CUDA stream is
+    capturing a graph: kernkit never compiles inside a capture."""
+
+
+def _refuse_build_during_capture(spec: BuildSpec, entry: cache.Entry) -> None:
+    """Raise ``CaptureCompileError`` when the current CUDA stream is capturing. Runs only on the
+    way to a build (a cold key), never on a hit; loading a published build is allowed."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise CaptureCompileError(
+            f"{spec.title} ({spec.backend}, key {entry.key[:16]}) is not compiled, and the current CUDA stream "
+            f"is capturing a graph: kernkit does not compile inside a capture. Warm it up first: run the op "
+            f"once with the same dtypes and shapes before capturing, or build it ahead of time with "
+            f"`python -m kernkit.jit warmup`"
+        )
 
 
 def _seq(value: Sequence[str] | str, what: str) -> tuple[str, ...]:
@@ -238,6 +256,7 @@ def _find_or_build(
     lib = _published(entry, fingerprint)
     if lib is not None:
         return lib
+    _refuse_build_during_capture(spec, entry)
     if not allow_build:
         raise JitDisabledError(
             f"{JIT_VAR}=off and {spec.title} ({spec.backend}, key {entry.key[:16]}) is not in the cache "

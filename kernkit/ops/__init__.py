@@ -10,4 +10,6 @@ from .radix import compare_key
 
 from .elementwise import scale
 
+from . import library  # noqa: E402,F401  (registers the torch.library custom ops, torch.ops.kernkit.*)
+
 __all__ = ["compare_key", "indexing", "scale", "store_cache"]

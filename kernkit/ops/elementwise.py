@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
 import tvm_ffi
+from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
+from . import reference
+from .fallback import kernel_or_reference
 
 __all__ = ["scale", "specializations"]
 
@@ -31,9 +35,13 @@ def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
     # Runs once per (dtype, device kind), so this is where the dtype check costs nothing.
     if dtype not in SCALE_DTYPES:
         raise TypeError(f"scale: unsupported dtype {dtype}; supported: float16, bfloat16, float32")
+    # No kernel can be built here: the reference, in a namespace shaped like the module.
+    fallback = SimpleNamespace(scale=reference.scale)
     if is_cuda:
-        return scale_request(dtype, is_arch_support_pdl(), "cuda").load()
-    return scale_request(dtype, False, "cpu").load()  # CPU tensors run on the CPU emulator
+        return kernel_or_reference("scale", lambda: scale_request(dtype, is_arch_support_pdl(), "cuda").load(),
+                                   fallback)
+    # CPU tensors run on the CPU emulator
+    return kernel_or_reference("scale", lambda: scale_request(dtype, False, "cpu").load(), fallback)
 
 
 def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -43,6 +51,11 @@ def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> 
     through kernkit's CPU emulator). ``out``: optional, same dtype, device and number of
     elements. Returns ``out`` (a new tensor shaped like ``src`` when not given).
     """
+    if is_dynamo_compiling():  # traced by torch.compile: the custom ops (kernkit/ops/library.py)
+        if out is None:
+            return torch.ops.kernkit.scale(src, factor)
+        torch.ops.kernkit.scale_out(out, src, factor)
+        return out
     # Per-call path: pick the module, allocate, call. Tensor checks live in the C++ launcher.
     if out is None:
         out = torch.empty_like(src)

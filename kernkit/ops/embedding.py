@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from typing import Callable
 
 import torch
+from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
+from .fallback import kernel_or_reference
 from .kvcache import cpu_backend, elem_bytes, max_vec, row_bytes_of
 
 __all__ = ["indexing", "specializations"]
@@ -48,9 +50,12 @@ def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callab
         raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(shape)}-d")
     row_bytes = row_bytes_of(shape[1:], elem, "weight")
     if is_cuda:
-        return indexing_module(elem, row_bytes, is_arch_support_pdl(), "cuda").indexing
+        return kernel_or_reference(
+            "indexing", lambda: indexing_module(elem, row_bytes, is_arch_support_pdl(), "cuda").indexing,
+            reference.indexing)
     if cpu_backend() == "cpu":
-        return indexing_module(elem, row_bytes, False, "cpu").indexing
+        return kernel_or_reference(
+            "indexing", lambda: indexing_module(elem, row_bytes, False, "cpu").indexing, reference.indexing)
     return reference.indexing
 
 
@@ -65,6 +70,11 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
     ``(0, rows)``, so an id outside the table gives zeros and never reads out of bounds.
     ``out``: optional ``[n, hidden]`` of ``weight``'s dtype. Returns ``out``.
     """
+    if is_dynamo_compiling():  # traced by torch.compile: the custom ops (kernkit/ops/library.py)
+        if out is None:
+            return torch.ops.kernkit.indexing(weight, ids, vocab_range)
+        torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
+        return out
     shape = weight.shape
     fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
     if out is None:

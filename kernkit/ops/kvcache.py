@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from typing import Callable
 
 import torch
+from torch.compiler import is_dynamo_compiling
 
-from ..jit import CompileError, JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
+from ..jit import CaptureCompileError, CompileError, JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from ..jit.codegen import INCLUDE_DIR
 from . import reference
+from .fallback import kernel_or_reference, strict_mode
 
 __all__ = ["store_cache", "specializations"]
 
@@ -91,7 +93,7 @@ def cpu_backend() -> str:
     try:
         store_request(1, 1, False, "cpu").load()
     except (CompileError, OSError, RuntimeError) as e:
-        if choice == "emu":
+        if choice == "emu" or strict_mode() or isinstance(e, CaptureCompileError):
             raise
         warnings.warn(f"kernkit: the CPU emulation backend does not build here, CPU tensors use the torch "
                       f"reference ops: {e}", RuntimeWarning, stacklevel=2)
@@ -126,9 +128,12 @@ def _store_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[
     elem = elem_bytes(dtype, "k_cache")
     row_bytes = row_bytes_of(shape[1:], elem, "k_cache")
     if is_cuda:
-        return store_module(elem, row_bytes, is_arch_support_pdl(), "cuda").store_cache
+        return kernel_or_reference(
+            "store_cache", lambda: store_module(elem, row_bytes, is_arch_support_pdl(), "cuda").store_cache,
+            reference.store_cache)
     if cpu_backend() == "cpu":
-        return store_module(elem, row_bytes, False, "cpu").store_cache
+        return kernel_or_reference(
+            "store_cache", lambda: store_module(elem, row_bytes, False, "cpu").store_cache, reference.store_cache)
     return reference.store_cache
 
 
@@ -145,6 +150,8 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     ``>= pool`` are skipped (never written). Bad arguments raise before anything is written,
     naming the argument.
     """
+    if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
+        return torch.ops.kernkit.store_cache(k_cache, v_cache, indices, k, v)
     # Per-call path: one cached lookup and the call; every tensor check is in the launcher.
     _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
 

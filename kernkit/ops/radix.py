@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import torch
+from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once
+from . import reference
+from .fallback import kernel_or_reference
 
 __all__ = ["compare_key", "specializations"]
 
@@ -17,12 +20,15 @@ def compare_key_request() -> JitRequest:
 
 @cache_once
 def _compare_key_fn():
-    return compare_key_request().load().compare_key
+    return kernel_or_reference("compare_key", lambda: compare_key_request().load().compare_key,
+                               reference.compare_key)
 
 
 def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
     """The number of leading positions where the 1-d int32 CPU tensors ``a`` and ``b`` hold the
     same token (compared up to the shorter length)."""
+    if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
+        return torch.ops.kernkit.compare_key(a, b)
     return _compare_key_fn()(a, b)
 
 

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["store_cache", "indexing", "compare_key", "check_rows"]
+__all__ = ["store_cache", "indexing", "compare_key", "scale", "check_rows"]
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -139,3 +139,30 @@ def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
         return 0
     diff = np.flatnonzero(a[:n].numpy() != b[:n].numpy())
     return int(diff[0]) if diff.size else n
+
+
+_SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def scale(out: torch.Tensor, src: torch.Tensor, factor: float) -> None:
+    """``out = src * factor``, computed in fp32 and rounded once to the dtype. ``out`` and ``src``
+    are 1-d, contiguous, of one float16/bfloat16/float32 dtype, device and length. Writes ``out``."""
+    for t, role in ((out, "out"), (src, "src")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"'{role}': expected a tensor, got {type(t).__name__}")
+        if t.dim() != 1:
+            raise ValueError(f"'{role}': expected a 1-d tensor, got {t.dim()}-d")
+        if t.dtype not in _SCALE_DTYPES:
+            raise TypeError(f"'{role}': expected dtype one of {{float16, bfloat16, float32}}, got "
+                            f"{str(t.dtype).removeprefix('torch.')}")
+        if not t.is_contiguous():
+            raise ValueError(f"'{role}': expected a contiguous tensor, got strides {list(t.stride())}")
+    if src.dtype != out.dtype:
+        raise TypeError(f"'src': expected dtype {str(out.dtype).removeprefix('torch.')} (from 'out'), got "
+                        f"{str(src.dtype).removeprefix('torch.')}")
+    if src.device != out.device:
+        raise ValueError(f"'src': expected device {out.device} (from 'out'), got {src.device}")
+    if src.shape[0] != out.shape[0]:
+        raise ValueError(f"'src': dimension 0 ('num_elements') expected {out.shape[0]} (from 'out'), "
+                         f"got {src.shape[0]}")
+    out.copy_(src.float() * factor)

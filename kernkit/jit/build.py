@@ -91,11 +91,12 @@ CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")
 #: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
 EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
              "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h")
-#: ``-O3`` applies to the device code (cicc, ptxas). The host side of a .cu unit (the launcher,
-#: the FFI glue, the kernel stubs) is compiled at ``-O1``: its compile time is spent in the
-#: optimizer over the inline functions of the tvm-ffi headers, and ``-O1`` costs about a third
-#: less host-compile time than ``-O3`` with no measurable difference per call (docs/performance.md).
-NVCC_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler=-fPIC", "-Xcompiler=-O1", "--expt-relaxed-constexpr")
+#: nvcc's ``-O`` sets the optimization of the host code only: cicc and ptxas optimize the device
+#: code fully whatever it says (the PTX and cubin of ``-O1`` and ``-O3`` are byte-identical). The
+#: host side of a .cu unit (launcher, FFI glue, kernel stubs) spends its compile time in gcc's
+#: optimizer over the inline functions of the tvm-ffi headers; ``-O1`` takes about a second of
+#: CPU less than ``-O3`` per unit with no measurable difference per call (docs/performance.md).
+NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr")
 BASE_FLAGS = {"cxx": CXX_FLAGS, "emu": EMU_FLAGS, "nvcc": NVCC_FLAGS}
 
 

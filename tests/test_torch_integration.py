@@ -384,3 +384,20 @@ def test_a_published_build_loads_during_capture(emulated, monkeypatch):
         assert hasattr(req.load(), "store_cache")
     finally:
         core._modules.update(saved)
+
+
+def test_a_table_that_requires_grad_traces_like_eager(emulated):
+    """The kernels are not differentiable: eager outputs do not require grad, and a compiled
+    model whose embedding is a trainable Parameter traces and gives the same (no failure on the
+    missing backward)."""
+    emb = torch.nn.Parameter(torch.randn(20, 256))
+    ids = torch.tensor([1, 19, 20])
+
+    def fn(ids):
+        return ops.scale(ops.indexing(emb, ids), 2.0)
+
+    want = fn(ids)
+    got = torch.compile(fn, fullgraph=True, backend="aot_eager")(ids)
+    assert not want.requires_grad and not got.requires_grad
+    assert torch.equal(got, want)
+    torch.library.opcheck(torch.ops.kernkit.indexing.default, (emb, ids))

@@ -11,6 +11,9 @@
 | ``kernkit::scale_out(out, src, factor) -> ()`` | ``scale(..., out=)`` | ``out`` |
 | ``kernkit::compare_key(a, b) -> SymInt`` | ``compare_key`` | |
 
+The functional ops (``indexing``, ``scale``) declare their outputs non-differentiable, as the
+plain functions are.
+
 Each custom op's implementation calls the plain function, and each plain function, when
 Dynamo traces it (``torch.compiler.is_dynamo_compiling()``, constant-folded during tracing and a
 bare ``return False`` in eager), calls the custom op instead. Eager calls therefore keep the plain
@@ -117,6 +120,24 @@ def scale_out(out: torch.Tensor, src: torch.Tensor, factor: float) -> None:
 @scale_out.register_fake
 def _scale_out_fake(out, src, factor):
     return None
+
+
+# --- autograd: none, as in eager ---------------------------------------------------------------
+# The plain functions return tensors that do not require grad (the kernels are not differentiable).
+# The functional custom ops say the same, so that a compiled model whose embedding table or
+# input requires grad traces (its outputs do not require grad) instead of failing.
+
+
+def _non_differentiable(ctx, inputs, output):
+    ctx.mark_non_differentiable(output)
+
+
+def _no_backward(ctx, grad):
+    raise RuntimeError("kernkit ops are not differentiable")
+
+
+indexing.register_autograd(_no_backward, setup_context=_non_differentiable)
+scale.register_autograd(_no_backward, setup_context=_non_differentiable)
 
 
 # --- compare_key -----------------------------------------------------------------------------

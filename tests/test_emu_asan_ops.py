@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CSRC
 
 pytestmark = pytest.mark.slow
+
+CSRC = Path(__file__).resolve().parent / "csrc"
 
 _PLANTED_REQUEST = f"""
 from kernkit.jit import JitRequest

@@ -10,13 +10,14 @@ import json
 import re
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO
 from kernkit.ops.kvcache import cpu_backend
 
+REPO = Path(__file__).resolve().parent.parent
 HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"
 
 #: The kernel each CUDA file under kernkit/kernels belongs to. A new file with a ``__global__``

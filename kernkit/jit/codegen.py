@@ -154,8 +154,17 @@ def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[
     dirs = [str(d) for d in include_dirs]
     found: dict[str, str] = {}
     fresh: dict[str, list] = {}
-    isfile = os.path.isfile
     join = os.path.join
+    # One answer per candidate path within this call: the same standard and tvm-ffi headers are
+    # included by most kernkit headers, and each miss costs a stat per include directory.
+    exists: dict[str, bool] = {}
+
+    def isfile(candidate: str) -> bool:
+        hit = exists.get(candidate)
+        if hit is None:
+            hit = exists[candidate] = os.path.isfile(candidate)
+        return hit
+
     stack = [os.path.normpath(str(r)) for r in roots]
     with _scan_lock:
         _load_scan_table()

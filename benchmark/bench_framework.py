@@ -256,7 +256,7 @@ def w_host_cost(cache: str, build_dir: str) -> dict:
 
     from kernkit import ops
     from kernkit.jit import is_arch_support_pdl, target_arch
-    from kernkit.ops import kvcache
+    from kernkit.ops import fallback, kvcache
 
     gpu = torch.cuda.is_available()
     heads, dim, dtype = 8, 128, torch.bfloat16
@@ -270,7 +270,7 @@ def w_host_cost(cache: str, build_dir: str) -> dict:
     else:
         plain = tvm_ffi.cpp.load_inline("plain_store", cpp_sources=_PLAIN_CPU, build_directory=build_dir)
         dev, n, pool = "cpu", 0, 4096
-        if kvcache.cpu_backend() != "cpu":
+        if fallback.cpu_backend() != "cpu":
             return {"error": "the CPU emulation backend does not build here"}
         module_fn = kvcache.store_module(ELEM, ROW_BYTES, False, "cpu").store_cache
         sync = lambda: None  # noqa: E731

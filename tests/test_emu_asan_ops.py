@@ -30,12 +30,12 @@ PLANTED = JitRequest.make(
 """
 
 # Compile every sanitized build the runs below load, in parallel and without the ASan runtime
-# preloaded into the compilers. The ops' requests are the ones they load for these shapes
-# (store_request(1, 1, ...) is cpu_backend()'s probe); a mismatch only costs a build later.
+# preloaded into the compilers. The ops' requests are the ones they load for these shapes; a
+# mismatch only costs a build later.
 BUILD = _PLANTED_REQUEST + """
 from concurrent.futures import ThreadPoolExecutor
 from kernkit.ops import embedding, kvcache
-reqs = [kvcache.store_request(1, 1, False, "cpu"), kvcache.store_request(2, 1152, False, "cpu"),
+reqs = [kvcache.store_request(2, 1152, False, "cpu"),
         embedding.indexing_request(2, 1152, False, "cpu"), PLANTED]
 with ThreadPoolExecutor(len(reqs)) as pool:
     print([p.name for p in pool.map(lambda r: r.build(), reqs)])
@@ -44,9 +44,9 @@ with ThreadPoolExecutor(len(reqs)) as pool:
 OPS = """
 import torch
 from kernkit import ops
-from kernkit.ops import kvcache, reference
+from kernkit.ops import fallback, kvcache, reference
 
-assert kvcache.cpu_backend() == "cpu", kvcache.cpu_backend()
+assert fallback.cpu_backend() == "cpu", fallback.cpu_backend()
 gen = torch.Generator().manual_seed(0)
 
 def rand_rows(rows, elems):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernkit.ops.kvcache import cpu_backend
+from kernkit.ops.fallback import cpu_backend
 
 REPO = Path(__file__).resolve().parent.parent
 HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import tvm_ffi
 
 from kernkit import ops
-from kernkit.ops import elementwise, embedding, kvcache, reference
+from kernkit.ops import elementwise, embedding, fallback, kvcache, reference
 from test_kernel_hashes import HASH_FILE, load_tool
 
 kh = load_tool()
@@ -43,7 +43,7 @@ def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_ops_take_the_emulator_path():
-    assert kvcache.cpu_backend() == "cpu"
+    assert fallback.cpu_backend() == "cpu"
     store = kvcache._store_fn(bf16, torch.Size([POOL, 1, 576]), False)
     assert isinstance(store, tvm_ffi.Function) and store is not reference.store_cache
     index = embedding._indexing_fn(bf16, torch.Size([300, 576]), False)

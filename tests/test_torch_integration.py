@@ -30,7 +30,7 @@ def rand_rows(shape, dtype, gen):
 def emulated():
     """These tests exercise the kernels (CPU emulator); the fallback tests need it resolved
     before they turn compilation off."""
-    if kvcache.cpu_backend() != "cpu":
+    if fallback.cpu_backend() != "cpu":
         pytest.skip("the CPU emulation backend does not build here (CPU ops use the torch reference)")
 
 

@@ -330,7 +330,7 @@ def compute(device: str | torch.device, only: str | None = None) -> dict[str, di
     """Every case's output hashes on ``device`` (``cpu``: the emulator)."""
     device = torch.device(device)
     if device.type == "cpu":
-        from kernkit.ops.kvcache import cpu_backend
+        from kernkit.ops.fallback import cpu_backend
 
         if cpu_backend() != "cpu":
             raise RuntimeError("the ops do not use the CPU emulator here (KERNKIT_CPU_OPS=reference?); "

@@ -11,7 +11,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
-from .fallback import kernel_or_reference
+from .fallback import cpu_backend, kernel_or_reference
 
 __all__ = ["scale", "specializations"]
 
@@ -40,8 +40,9 @@ def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
     if is_cuda:
         return kernel_or_reference("scale", lambda: scale_request(dtype, is_arch_support_pdl(), "cuda").load(),
                                    fallback)
-    # CPU tensors run on the CPU emulator
-    return kernel_or_reference("scale", lambda: scale_request(dtype, False, "cpu").load(), fallback)
+    if cpu_backend() == "cpu":  # CPU tensors run the same kernel on the CPU emulator
+        return kernel_or_reference("scale", lambda: scale_request(dtype, False, "cpu").load(), fallback)
+    return fallback
 
 
 def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -11,7 +11,8 @@ from torch.compiler import is_dynamo_compiling
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .fallback import kernel_or_reference
-from .kvcache import cpu_backend, elem_bytes, max_vec, row_bytes_of
+from .fallback import cpu_backend
+from .kvcache import elem_bytes, max_vec, row_bytes_of
 
 __all__ = ["indexing", "specializations"]
 

@@ -16,12 +16,18 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..jit import JitDisabledError, ToolchainError
+from ..jit import JitDisabledError, ToolchainError, cache_once
+from ..jit.codegen import INCLUDE_DIR
+from ..jit.toolchain import find_cuda_home
 
-__all__ = ["STRICT_VAR", "kernel_or_reference", "strict_mode"]
+__all__ = ["CPU_OPS_VAR", "STRICT_VAR", "cpu_backend", "kernel_or_reference", "strict_mode"]
 
 #: ``KERNKIT_STRICT=1``: never fall back to the torch reference; raise the build error instead.
 STRICT_VAR = "KERNKIT_STRICT"
+#: ``KERNKIT_CPU_OPS``: how the ops treat CPU tensors. ``auto`` (default): the CPU emulation
+#: backend when this machine has what it needs, else the torch reference; ``emu`` or
+#: ``reference`` to force one.
+CPU_OPS_VAR = "KERNKIT_CPU_OPS"
 
 T = TypeVar("T")
 
@@ -56,3 +62,27 @@ def kernel_or_reference(op: str, load: Callable[[], T], reference: T) -> T:
                 stacklevel=4,
             )
         return reference
+
+
+@cache_once
+def cpu_backend() -> str:
+    """``"cpu"`` when CPU tensors run the kernels on kernkit's CPU emulator, ``"reference"`` when
+    they use the torch implementations. Decided once per process, without building anything:
+    the emulator needs its runtime header and CUDA's host-side headers (``cuda_fp16.h``...).
+    A missing host compiler is handled later like any other build (``kernel_or_reference``)."""
+    choice = os.environ.get(CPU_OPS_VAR, "auto").strip().lower()
+    if choice not in ("auto", "emu", "reference"):
+        raise ValueError(f"{CPU_OPS_VAR} must be auto, emu or reference, got {choice!r}")
+    if choice == "reference":
+        return "reference"
+    home = find_cuda_home()
+    if not (INCLUDE_DIR / "kernkit" / "emu" / "runtime.h").is_file():
+        missing = "this kernkit has no CPU emulation backend"
+    elif home is None or not (home / "include" / "cuda_fp16.h").is_file():
+        missing = "the CPU emulator compiles against the CUDA toolkit's headers, and none was found (set CUDA_HOME)"
+    else:
+        return "cpu"
+    if choice == "emu" or strict_mode():
+        raise RuntimeError(f"kernkit: CPU tensors cannot run on the CPU emulator: {missing}")
+    warnings.warn(f"kernkit: {missing}; CPU tensors use the torch reference ops", RuntimeWarning, stacklevel=3)
+    return "reference"

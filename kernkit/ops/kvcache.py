@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import math
-import os
-import warnings
 from collections.abc import Sequence
 from typing import Callable
 
 import torch
 from torch.compiler import is_dynamo_compiling
 
-from ..jit import CaptureCompileError, CompileError, JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
-from ..jit.codegen import INCLUDE_DIR
+from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
-from .fallback import kernel_or_reference, strict_mode
+from .fallback import cpu_backend, kernel_or_reference
 
 __all__ = ["store_cache", "specializations"]
 
@@ -46,11 +43,6 @@ ELEM_BYTES: dict[torch.dtype, int] = {
     torch.int64: 8,
 }
 
-#: ``KERNKIT_CPU_OPS``: how the ops treat CPU tensors. ``auto`` (default): the CPU emulation
-#: backend when it builds here, else the torch reference; ``emu`` or ``reference`` to force one.
-CPU_OPS_VAR = "KERNKIT_CPU_OPS"
-
-
 def elem_bytes(dtype: torch.dtype, role: str) -> int:
     """The element size of a supported row dtype; ``TypeError`` naming ``role`` otherwise."""
     try:
@@ -76,29 +68,6 @@ def row_bytes_of(row_shape: Sequence[int], elem: int, role: str) -> int:
     if nbytes <= 0:
         raise ValueError(f"'{role}': rows are empty (shape [*, {', '.join(map(str, row_shape))}])")
     return nbytes
-
-
-@cache_once
-def cpu_backend() -> str:
-    """``"cpu"`` when CPU tensors go through the emulation backend, ``"reference"`` when they go
-    through the torch implementations. Decided once per process: the emulator must exist and a
-    test build of it must load."""
-    choice = os.environ.get(CPU_OPS_VAR, "auto").strip().lower()
-    if choice == "reference":
-        return "reference"
-    if not (INCLUDE_DIR / "kernkit" / "emu" / "runtime.h").is_file():
-        if choice == "emu":
-            raise RuntimeError(f"{CPU_OPS_VAR}=emu, but kernkit has no CPU emulation backend")
-        return "reference"
-    try:
-        store_request(1, 1, False, "cpu").load()
-    except (CompileError, OSError, RuntimeError) as e:
-        if choice == "emu" or strict_mode() or isinstance(e, CaptureCompileError):
-            raise
-        warnings.warn(f"kernkit: the CPU emulation backend does not build here, CPU tensors use the torch "
-                      f"reference ops: {e}", RuntimeWarning, stacklevel=2)
-        return "reference"
-    return "cpu"
 
 
 def store_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",

@@ -22,8 +22,10 @@ all ranks and published exactly once in the cache.
 Run it with ``torchrun`` (``python -m torch.distributed.run --nproc_per_node=2 tp_worker.py ...``)
 or by itself, which starts ``--world-size`` processes with ``torch.multiprocessing.spawn``::
 
-    PYTHONPATH=$PWD python tests/distributed/tp_worker.py --backend gloo --world-size 2 --cold-cache /tmp
-    PYTHONPATH=$PWD python tests/distributed/tp_worker.py --backend nccl --world-size 2 --cold-cache /tmp
+    PYTHONPATH=$PWD python tests/distributed/tp_worker.py --backend gloo --world-size 2 --cold-cache "$(mktemp -d)"
+    PYTHONPATH=$PWD python tests/distributed/tp_worker.py --backend nccl --world-size 2 --cold-cache "$(mktemp -d)"
+
+Under torchrun every rank must be given the same empty ``--cold-cache`` directory.
 
 The exit status is 0 only when every rank passed. ``--report FILE`` makes rank 0 write the
 gathered per-rank results as JSON.

@@ -254,13 +254,24 @@ def _cast_input(src: torch.dtype, dst: torch.dtype, n: int) -> torch.Tensor:
     return torch.randint(max(lo, sinfo.min), min(hi, sinfo.max) + 1, (n,), generator=g).to(src)
 
 
+def reference_cast(x: torch.Tensor, dst: torch.dtype) -> torch.Tensor:
+    """torch's cast, with E4M3 saturating: out-of-range values and infinities become +-448, NaN
+    stays NaN. kernkit's casts saturate E4M3 (``__NV_SATFINITE``); torch's own cast agrees from
+    2.13 on, while torch 2.11 gives NaN there, so the reference spells the rule out instead of
+    depending on the installed torch. Clamping in fp32 first is exact for every source type the
+    tests use (all reach fp8 through fp32), and leaves in-range values to torch's rounding."""
+    if dst == E4M3:
+        return x.to(torch.float32).clamp(-448.0, 448.0).to(dst)
+    return x.to(dst)
+
+
 @pytest.mark.parametrize("dst", SCALARS, ids=_name)
 @pytest.mark.parametrize("src", SCALARS, ids=_name)
 def test_cast_scalar(mod, dev, src, dst):
     x = _cast_input(src, dst, 300)
     out = torch.empty(x.shape, dtype=dst, device=dev)
     mod.cast(x.to(dev), out, 1)
-    assert_bitwise_equal(out, x.to(dst), f"{_name(src)} -> {_name(dst)}")
+    assert_bitwise_equal(out, reference_cast(x, dst), f"{_name(src)} -> {_name(dst)}")
 
 
 PACKED2 = [torch.float32, torch.float16, torch.bfloat16, E4M3, E5M2]
@@ -274,7 +285,7 @@ def test_cast_packed(mod, dev, lanes, src, dst):
     x = _cast_input(src, dst, 4 * 64 - len(SPECIALS))[: 4 * 64 // lanes * lanes].view(-1, lanes)
     out = torch.empty(x.shape, dtype=dst, device=dev)
     mod.cast(x.to(dev), out, lanes)
-    assert_bitwise_equal(out, x.to(dst), f"{_name(src, lanes)} -> {_name(dst, lanes)}")
+    assert_bitwise_equal(out, reference_cast(x, dst), f"{_name(src, lanes)} -> {_name(dst, lanes)}")
 
 
 @pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=_name)
@@ -294,7 +305,7 @@ def test_fp8_round_trip_every_encoding(mod, dev, fmt):
     assert_bitwise_equal(back, codes, "fp16 -> fp8")
 
 
-def test_fp8_saturation_matches_torch(mod, dev):
+def test_fp8_saturation(mod, dev):
     """E4M3 saturates to +-448 (infinities included); E5M2 overflows to +-inf."""
     x = torch.tensor([1e4, -1e4, math.inf, -math.inf, 470.0, 57344.0, 61440.0, 1e6], dtype=torch.float32)
     for fmt, want in ((E4M3, [448, -448, 448, -448, 448, 448, 448, 448]),
@@ -302,7 +313,7 @@ def test_fp8_saturation_matches_torch(mod, dev):
         out = torch.empty(x.shape, dtype=fmt, device=dev)
         mod.cast(x.to(dev), out, 1)
         assert out.cpu().float().tolist() == want
-        assert_bitwise_equal(out, x.to(fmt))
+        assert_bitwise_equal(out, reference_cast(x, fmt))
 
 
 # ---------------------------------------------------------------------------------------------

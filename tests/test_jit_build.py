@@ -16,7 +16,7 @@ import torch
 
 from kernkit.jit import CompileError, JitDisabledError, load_jit, make_cpp_args
 from kernkit.jit import cache as jit_cache
-from kernkit.jit.core import make_spec
+from kernkit.jit.core import ensure_built, make_spec
 
 REPO = Path(__file__).resolve().parent.parent
 CSRC = REPO / "tests" / "csrc"
@@ -164,7 +164,8 @@ def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, mo
 
 def test_damaged_library_is_detected_and_rebuilt_with_a_warning(tmp_path, fresh_cache):
     src = _write_user_kernel(tmp_path, offset=3)
-    load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+    # Built but not loaded here: damaging a library this process has mapped would crash it.
+    ensure_built(_spec(src))
     (lib,) = (fresh_cache / "v1" / "answer").glob("*/*/lib.so")
     lib.write_bytes(lib.read_bytes()[: lib.stat().st_size // 2])
     proc = _run_python(

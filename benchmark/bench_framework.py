@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for benchmark/common.py
+
 HERE = Path(__file__).resolve().parent
 ELEM, ROW_BYTES = 2, 2048  # bf16, 8 heads x 128 dims
 
@@ -235,21 +237,9 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(noop, noop);
 """
 
 
-def _host_us(fn, sync, calls: int = 2000) -> float:
-    for _ in range(50):
-        fn()
-    sync()
-    rounds = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        rounds.append((time.perf_counter() - t0) / calls * 1e6)
-        sync()
-    return min(rounds)
-
-
 def w_host_cost(cache: str, build_dir: str) -> dict:
+    import common  # benchmark/common.py, next to this file
+
     os.environ["KERNKIT_CACHE_DIR"] = cache
     import torch
     import tvm_ffi.cpp
@@ -289,11 +279,11 @@ def w_host_cost(cache: str, build_dir: str) -> dict:
     out = {
         "device": dev,
         "n": n,
-        "ops.store_cache": _host_us(lambda: ops.store_cache(kc, vc, idx, k, v), sync),
-        "module function": _host_us(lambda: module_fn(kc, vc, idx, k, v), sync),
-        "bare tvm-ffi store": _host_us(lambda: plain.store_plain(kc, vc, idx, k, v), sync),
-        "tvm-ffi no-op": _host_us(lambda: plain.noop(kc, vc, idx, k, v), sync),
-        "torch index_put": _host_us(index_put, sync),
+        "ops.store_cache": common.host_us_per_call(lambda: ops.store_cache(kc, vc, idx, k, v), sync=sync),
+        "module function": common.host_us_per_call(lambda: module_fn(kc, vc, idx, k, v), sync=sync),
+        "bare tvm-ffi store": common.host_us_per_call(lambda: plain.store_plain(kc, vc, idx, k, v), sync=sync),
+        "tvm-ffi no-op": common.host_us_per_call(lambda: plain.noop(kc, vc, idx, k, v), sync=sync),
+        "torch index_put": common.host_us_per_call(index_put, sync=sync),
     }
     out["dlpack_fast_path"] = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
     return out
@@ -353,20 +343,12 @@ def commit() -> str:
 
 
 def machine() -> str:
+    import common
     import torch
 
-    cores = os.cpu_count()
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()}; host {cpu}, {cores} cores"
-    return f"{cores}-core CPU machine, no GPU ({cpu})"
+        return f"{torch.cuda.get_device_name()}; host {common.host_cpu()}"
+    return f"{os.cpu_count()}-core CPU machine, no GPU ({common.host_cpu()})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,6 @@ always runs on 64 tokens.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -30,19 +28,6 @@ import common  # noqa: E402
 
 from kernkit import ops  # noqa: E402
 from kernkit.ops import elementwise, embedding, kvcache, radix  # noqa: E402
-
-
-def host_cpu() -> str:
-    """The host CPU's model name and core count (host cost is the CPU's time)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
 
 
 def per_call_us(fns: list[Callable[[], object]], calls: int, sync: Callable[[], None],
@@ -155,7 +140,7 @@ def main() -> None:
     checks = [["torch.compiler.is_dynamo_compiling() (used)", check_cost_ns(is_dynamo_compiling)],
               ["torch.compiler.is_compiling()", check_cost_ns(is_compiling)]]
 
-    device = f"{torch.cuda.get_device_name()}; host {host_cpu()}" if dev == "cuda" else f"{host_cpu()}, no GPU used"
+    device = f"{torch.cuda.get_device_name()}; host {common.host_cpu()}" if dev == "cuda" else f"{common.host_cpu()}, no GPU used"
     what = f"n={n} rows of {args.heads} x {args.head_dim} bf16 ({row_bytes} B)" + (
         " (n=0: no kernel work, overhead only)" if n == 0 else "")
     lines = common.header(f"Host cost per call: plain functions against torch.ops.kernkit.* ({dev})",

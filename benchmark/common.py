@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -75,20 +76,36 @@ def copy_bandwidth_tbs(nbytes: int = 2 * 2**30, reps: int = 20) -> float:
     return 2 * nbytes / statistics.median(times) / 1e12
 
 
-def host_us_per_call(fn: Callable[[], object], calls: int = 2000) -> float:
+def host_us_per_call(fn: Callable[[], object], calls: int = 2000,
+                     sync: Callable[[], object] | None = None) -> float:
     """Wall time per call when issuing ``calls`` back to back without synchronizing (the CPU
-    cost of one call, as long as the GPU keeps up), the best of 7 rounds (the least disturbed)."""
+    cost of one call, as long as the GPU keeps up), the best of 7 rounds (the least disturbed).
+    ``sync`` waits for queued work between rounds (default: ``torch.cuda.synchronize``)."""
+    sync = sync or torch.cuda.synchronize
     for _ in range(50):
         fn()
-    torch.cuda.synchronize()
+    sync()
     rounds = []
     for _ in range(7):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
         rounds.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
+        sync()
     return min(rounds)
+
+
+def host_cpu() -> str:
+    """The host CPU's model name and core count."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
 
 
 def header(title: str, command: str, device: str | None = None) -> list[str]:

@@ -1,7 +1,6 @@
 """Each emulated CUDA primitive against its specification (see emu_primitives.cu)."""
 
 from fractions import Fraction
-import random
 
 import pytest
 

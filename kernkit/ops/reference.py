@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 __all__ = ["store_cache", "indexing", "compare_key", "scale", "check_rows"]
@@ -137,8 +136,8 @@ def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
     n = min(a.shape[0], b.shape[0])
     if n == 0:
         return 0
-    diff = np.flatnonzero(a[:n].numpy() != b[:n].numpy())
-    return int(diff[0]) if diff.size else n
+    diff = torch.nonzero(a[:n] != b[:n])
+    return int(diff[0, 0]) if diff.numel() else n
 
 
 _SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

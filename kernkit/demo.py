@@ -25,9 +25,9 @@ def _check(name: str, fn: Callable[[], bool]) -> bool:
     try:
         ok = fn()
     except Exception as e:  # the demo reports every op, then fails at the end
-        print(f"  {name:<44} FAILED: {type(e).__name__}: {e}")
+        print(f"  {name:<48} FAILED: {type(e).__name__}: {e}")
         return False
-    print(f"  {name:<44} {'ok' if ok else 'MISMATCH'}  ({time.perf_counter() - start:.2f} s)")
+    print(f"  {name:<48} {'ok' if ok else 'MISMATCH'}  ({time.perf_counter() - start:.2f} s)")
     return ok
 
 

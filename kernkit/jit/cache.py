@@ -17,11 +17,13 @@ versions. Splitting the two lets a machine without compilers (a deployment image
 A build happens in a private staging directory and is published by one ``rename`` of that
 directory, which is atomic on local file systems and on NFS: a reader sees either no build or a
 complete one. ``meta.json`` records the library's size, mtime and SHA-256, so a library that was
-truncated or overwritten after publishing is detected when it is loaded.
+truncated or overwritten after publishing is detected when it is loaded. Staging directories
+left by a killed build are removed once they are ``STALE_STAGING_SECONDS`` old.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -41,9 +43,25 @@ from .config import CACHE_DIR_VAR, cache_dir
 
 LAYOUT = "v1"
 
+#: A staging directory untouched for this long belongs to a build that was killed (a live build
+#: writes into its directory every few minutes at most); the next successful publish removes it.
+STALE_STAGING_SECONDS = 6 * 3600
+
 
 class CacheDirError(RuntimeError):
-    """The cache directory cannot be created or written."""
+    """The cache directory cannot be created or written (read-only, full, not a directory)."""
+
+
+def dir_problem(root: Path, doing: str, error: OSError) -> CacheDirError:
+    """A ``CacheDirError`` for an ``OSError`` met while ``doing`` something in the cache at
+    ``root``: it names the directory, the reason and the variable that moves the cache."""
+    reason = error.strerror or str(error)
+    full = error.errno in (errno.ENOSPC, errno.EDQUOT)
+    advice = "free space there or point" if full else "point"
+    return CacheDirError(
+        f"kernkit cannot {doing} in its cache directory {root}: {reason}; {advice} {CACHE_DIR_VAR} at a "
+        f"writable directory{' with room' if full else ''}"
+    )
 
 
 def key_material(spec: BuildSpec) -> str:
@@ -143,12 +161,14 @@ def check_published(build_dir: Path) -> dict | None:
         return None
     except (OSError, ValueError) as e:
         raise CorruptBuildError(f"unreadable build record in {build_dir}: {e}") from e
+    rec = meta.get("lib") if isinstance(meta, dict) else None
+    if not isinstance(rec, dict):
+        raise CorruptBuildError(f"the build record {build_dir / 'meta.json'} has no library entry")
     lib = build_dir / LIB_NAME
     try:
         st = lib.stat()
     except FileNotFoundError:
         raise CorruptBuildError(f"{lib} is missing") from None
-    rec = meta.get("lib", {})
     if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
         return meta
     if st.st_size != rec.get("size") or _sha256(lib) != rec.get("sha256"):
@@ -158,10 +178,21 @@ def check_published(build_dir: Path) -> dict | None:
     return meta
 
 
+def content_matches(build_dir: Path) -> bool:
+    """Whether the library's content still has the SHA-256 recorded at publish time (the full
+    check, for a library that failed to load although its size and mtime match the record)."""
+    try:
+        meta = json.loads((build_dir / "meta.json").read_text())
+        return _sha256(build_dir / LIB_NAME) == meta["lib"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def newest_published(entry: Entry) -> Path | None:
     """The most recently published build of a key, whatever its toolchain."""
     try:
-        candidates = [d for d in entry.dir.iterdir() if (d / "meta.json").is_file()]
+        # Dot names are builds being discarded (``.trash-*``), never candidates.
+        candidates = [d for d in entry.dir.iterdir() if not d.name.startswith(".") and (d / "meta.json").is_file()]
     except FileNotFoundError:
         return None
     return max(candidates, key=lambda d: (d / "meta.json").stat().st_mtime_ns, default=None)
@@ -173,22 +204,80 @@ def staging_dir(entry: Entry, fingerprint: str) -> Path:
     return path
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def publish(staging: Path, entry: Entry, fingerprint: str, meta: dict) -> Path:
     """Record the library in ``meta.json`` and move the staging directory into place atomically.
-    If another process published first, its build wins and ours is discarded."""
-    lib = staging / LIB_NAME
-    st = lib.stat()
-    meta = {**meta, "lib": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(lib)}}
-    (staging / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    If another process published first, its build wins and ours is discarded.
+
+    Only operations that are atomic on NFS as well are used: the staging directory sits on the
+    same file system as the cache, the library and its record are flushed (``fsync``) before
+    the one ``rename`` of the directory, and a rename onto an existing published build fails
+    rather than replacing it. An ``OSError`` (read-only or full file system) becomes a
+    ``CacheDirError``; nothing is published then."""
     final = entry.build_dir(fingerprint)
-    ensure_dir(final.parent)
     try:
-        os.rename(staging, final)
-    except OSError:
-        if not (final / "meta.json").is_file():
-            raise
-        shutil.rmtree(staging, ignore_errors=True)
+        lib = staging / LIB_NAME
+        _fsync(lib)
+        st = lib.stat()
+        meta = {**meta, "lib": {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(lib)}}
+        _write_synced(staging / "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+        ensure_dir(final.parent)
+        for attempt in (1, 2):
+            try:
+                os.rename(staging, final)
+                break
+            except OSError:
+                if (final / "meta.json").is_file():  # another process published first: its build wins
+                    shutil.rmtree(staging, ignore_errors=True)
+                    break
+                if attempt == 2 or not final.is_dir():
+                    raise
+                discard(final)  # a directory without a record (damaged by hand): move it aside
+    except OSError as e:
+        raise dir_problem(entry.root, f"publish {final.relative_to(entry.root)}", e) from e
+    remove_stale_staging(entry.root)
     return final
+
+
+def remove_stale_staging(root: Path, older_than: float = STALE_STAGING_SECONDS) -> list[Path]:
+    """Remove staging directories not modified for ``older_than`` seconds: builds whose process
+    was killed. Returns what was removed; errors are ignored (another process may be removing
+    the same directory)."""
+    removed = []
+    limit = now() - older_than
+    try:
+        entries = list((root / ".staging").iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        try:
+            if path.stat().st_mtime >= limit:
+                continue
+            trash = path.with_name(f".trash-{uuid.uuid4().hex[:8]}")
+            os.rename(path, trash)
+        except OSError:
+            continue
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def discard(build_dir: Path) -> None:

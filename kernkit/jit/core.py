@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -226,7 +227,20 @@ def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
         module = _modules.get(mem_key)
         if module is None:
             path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
-            module = tvm_ffi.load_module(str(path))
+            try:
+                module = tvm_ffi.load_module(str(path))
+            except Exception as e:
+                # Size and mtime matched the record, yet the library does not load: hash it. A
+                # library replaced with the same size and the same mtime is rebuilt here.
+                if cache.content_matches(path.parent):
+                    raise
+                warnings.warn(
+                    f"kernkit: discarding a damaged cache entry and rebuilding: {path} failed to load and "
+                    f"does not match its build record ({e})", RuntimeWarning, stacklevel=3,
+                )
+                cache.discard(path.parent)
+                path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
+                module = tvm_ffi.load_module(str(path))
             _modules[mem_key] = module
     return module
 
@@ -243,6 +257,17 @@ def _published(entry: cache.Entry, fingerprint: str) -> Path | None:
         cache.discard(build_dir)
         return None
     return build_dir / "lib.so" if meta is not None else None
+
+
+_NO_SPACE = ("No space left on device", "Disk quota exceeded")
+
+
+def _out_of_space(log: str) -> str:
+    """The compiler's "no space" line when a build failed for lack of disk space, else ''."""
+    for line in log.splitlines():
+        if any(s in line for s in _NO_SPACE):
+            return line.strip()
+    return ""
 
 
 def _find_or_build(
@@ -267,7 +292,14 @@ def _find_or_build(
         assert tc_error is not None
         raise tc_error
     cache.ensure_dir(entry.root / ".locks")
-    with filelock.FileLock(str(entry.lock_path(fingerprint))):
+    lock = filelock.FileLock(str(entry.lock_path(fingerprint)))
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise
+    except OSError as e:
+        raise cache.dir_problem(entry.root, "create the build lock", e) from e
+    try:
         lib = _published(entry, fingerprint)  # another process may have built it meanwhile
         if lib is not None:
             return lib
@@ -275,8 +307,16 @@ def _find_or_build(
         try:
             seconds = run_build(spec, tc, staging)
         except CompileError as e:
+            if _out_of_space(e.log):
+                cache.discard(staging)  # a kept failure would hold on to the little space left
+                raise cache.dir_problem(
+                    entry.root, f"build {spec.title}", OSError(errno.ENOSPC, _out_of_space(e.log))
+                ) from e
             kept = cache.keep_failed(staging, entry)
             raise e.relocated(staging, kept) from None
+        except OSError as e:  # writing the sources or the log into the staging directory
+            cache.discard(staging)
+            raise cache.dir_problem(entry.root, f"build {spec.title}", e) from e
         except BaseException:
             cache.discard(staging)
             raise
@@ -292,6 +332,12 @@ def _find_or_build(
             "build_seconds": round(seconds, 3),
             "host": socket.gethostname(),
         }
-        final = cache.publish(staging, entry, fingerprint, meta)
+        try:
+            final = cache.publish(staging, entry, fingerprint, meta)
+        except cache.CacheDirError:
+            cache.discard(staging)
+            raise
+    finally:
+        lock.release()
     logger.info("kernkit: compiled %s (%s) in %.2f s", spec.title, spec.backend, seconds)
     return final / "lib.so"

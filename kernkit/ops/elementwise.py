@@ -11,6 +11,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
+from .argerrors import named_error
 from .fallback import cpu_backend, kernel_or_reference
 
 __all__ = ["scale", "specializations"]
@@ -34,7 +35,7 @@ def scale_request(dtype: torch.dtype, use_pdl: bool, backend: str = "cuda") -> J
 def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
     # Runs once per (dtype, device kind), so this is where the dtype check costs nothing.
     if dtype not in SCALE_DTYPES:
-        raise TypeError(f"scale: unsupported dtype {dtype}; supported: float16, bfloat16, float32")
+        raise TypeError(f"'src': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     # No kernel can be built here: the reference, in a namespace shaped like the module.
     fallback = SimpleNamespace(scale=reference.scale)
     if is_cuda:
@@ -58,9 +59,16 @@ def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> 
         torch.ops.kernkit.scale_out(out, src, factor)
         return out
     # Per-call path: pick the module, allocate, call. Tensor checks live in the C++ launcher.
-    if out is None:
-        out = torch.empty_like(src)
-    _scale_module(src.dtype, src.is_cuda).scale(out.view(-1), src.view(-1), factor)
+    try:
+        if out is None:
+            out = torch.empty_like(src)
+        _scale_module(src.dtype, src.is_cuda).scale(out.view(-1), src.view(-1), factor)
+    except (AttributeError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
+        tensors = (("src", src),) if out is None else (("src", src), ("out", out))
+        err = named_error(e, tensors, (("out", out), ("src", src), ("factor", factor)), contiguous=("src", "out"))
+        if err is e:
+            raise
+        raise err from e
     return out
 
 

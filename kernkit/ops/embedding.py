@@ -10,6 +10,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
+from .argerrors import named_error
 from .fallback import kernel_or_reference
 from .fallback import cpu_backend
 from .kvcache import elem_bytes, max_vec, row_bytes_of
@@ -76,15 +77,40 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
             return torch.ops.kernkit.indexing(weight, ids, vocab_range)
         torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
         return out
-    shape = weight.shape
-    fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
-    if out is None:
-        out = weight.new_empty((ids.shape[0], shape[1]))
-    if vocab_range is None:
-        fn(out, weight, ids, 0, shape[0])
-    else:
-        fn(out, weight, ids, vocab_range[0], vocab_range[1])
+    try:
+        shape = weight.shape
+        fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
+        if vocab_range is None:
+            start, length = 0, shape[0]
+        else:
+            start, length = _vocab_range(vocab_range)
+        if out is None:
+            out = weight.new_empty((ids.shape[0], shape[1]))
+        fn(out, weight, ids, start, length)
+    except (AttributeError, IndexError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
+        err = _named_error(e, weight, ids, out, vocab_range)
+        if err is e:
+            raise
+        raise err from e
     return out
+
+
+def _vocab_range(vocab_range) -> tuple[int, int]:
+    try:
+        start, length = vocab_range
+    except (TypeError, ValueError):
+        raise ValueError(f"'vocab_range': expected (start, length), got {vocab_range!r}") from None
+    return start, length
+
+
+def _named_error(e: BaseException, weight, ids, out, vocab_range) -> BaseException:
+    if isinstance(e, IndexError) and isinstance(ids, torch.Tensor) and ids.dim() != 1:
+        return ValueError(f"'ids': expected a 1-d tensor, got {ids.dim()}-d with shape {list(ids.shape)}")
+    tensors = [("weight", weight), ("ids", ids)] + ([("out", out)] if out is not None else [])
+    ffi_args = (("out", out), ("weight", weight), ("ids", ids), ("vocab_range", vocab_range),
+                ("vocab_range", vocab_range))
+    # ids of a claimed huge length (expand) fail in allocating out, before the launcher rejects them
+    return named_error(e, tensors, ffi_args, contiguous=("ids",))
 
 
 def specializations(dtypes: torch.dtype | Sequence[torch.dtype], hidden_size: int, *,

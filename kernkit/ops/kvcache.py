@@ -11,6 +11,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
+from .argerrors import named_error
 from .fallback import cpu_backend, kernel_or_reference
 
 __all__ = ["store_cache", "specializations"]
@@ -122,7 +123,14 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
         return torch.ops.kernkit.store_cache(k_cache, v_cache, indices, k, v)
     # Per-call path: one cached lookup and the call; every tensor check is in the launcher.
-    _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
+    try:
+        _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
+    except (AttributeError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
+        args = (("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v))
+        err = named_error(e, args, args)
+        if err is e:
+            raise
+        raise err from e
 
 
 def specializations(dtypes: torch.dtype | Sequence[torch.dtype], num_heads: int, head_dim: int, *,

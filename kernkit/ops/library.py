@@ -107,7 +107,7 @@ def scale(src: torch.Tensor, factor: float) -> torch.Tensor:
 @scale.register_fake
 def _scale_fake(src, factor):
     if src.dtype not in elementwise.SCALE_DTYPES:
-        raise TypeError(f"scale: unsupported dtype {src.dtype}; supported: float16, bfloat16, float32")
+        raise TypeError(f"'src': unsupported dtype {src.dtype}; supported: float16, bfloat16, float32")
     return torch.empty_like(src)
 
 

@@ -7,6 +7,7 @@ from torch.compiler import is_dynamo_compiling
 
 from ..jit import JitRequest, cache_once
 from . import reference
+from .argerrors import named_error
 from .fallback import kernel_or_reference
 
 __all__ = ["compare_key", "specializations"]
@@ -29,7 +30,13 @@ def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
     same token (compared up to the shorter length)."""
     if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
         return torch.ops.kernkit.compare_key(a, b)
-    return _compare_key_fn()(a, b)
+    try:
+        return _compare_key_fn()(a, b)
+    except (TypeError, RuntimeError) as e:  # what tvm-ffi could not name (a non-tensor, a meta tensor)
+        err = named_error(e, (("a", a), ("b", b)), (("a", a), ("b", b)))
+        if err is e:
+            raise
+        raise err from e
 
 
 def specializations() -> list[JitRequest]:

@@ -18,10 +18,12 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
 def check_rows(t: torch.Tensor, role: str, row_elems: int, *, like: torch.Tensor | None = None,
-               like_role: str = "", dtype: torch.dtype | None = None, device: torch.device | None = None) -> None:
+               like_role: str = "", dtype: torch.dtype | None = None, device: torch.device | None = None,
+               written: bool = False) -> None:
     """Check a tensor of rows: 2-d ``[rows, row_elems]`` or 3-d ``[rows, heads, head_dim]``,
     contiguous within a row, any row stride; optionally the same rank and row shape as ``like``,
-    and the given dtype and device."""
+    and the given dtype and device. ``written``: the op writes ``t``, so its rows must not
+    overlap (a row stride of at least ``row_elems`` when it has more than one row)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"'{role}': expected a tensor, got {type(t).__name__}")
     if t.dim() not in (2, 3):
@@ -46,6 +48,9 @@ def check_rows(t: torch.Tensor, role: str, row_elems: int, *, like: torch.Tensor
     if not inner_ok:
         raise ValueError(f"'{role}': rows must be contiguous, got shape {list(t.shape)} with strides "
                          f"{list(t.stride())}")
+    if written and t.shape[0] > 1 and t.stride(0) < row_elems:
+        raise ValueError(f"'{role}': rows overlap (row stride {t.stride(0)} elements, rows of {row_elems}); "
+                         f"a tensor the op writes needs distinct rows")
 
 
 def _check_index(t: torch.Tensor, role: str, n: int, device: torch.device) -> None:
@@ -68,9 +73,10 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     """``k_cache[indices[i]] = k[i]`` and ``v_cache[indices[i]] = v[i]`` for every ``i`` whose
     index lies in ``[0, pool)``; other rows are skipped. In place."""
     row_elems = math.prod(k_cache.shape[1:]) if isinstance(k_cache, torch.Tensor) else 0
-    check_rows(k_cache, "k_cache", row_elems)
+    check_rows(k_cache, "k_cache", row_elems, written=True)
     dtype, device = k_cache.dtype, k_cache.device
-    check_rows(v_cache, "v_cache", row_elems, like=k_cache, like_role="k_cache", dtype=dtype, device=device)
+    check_rows(v_cache, "v_cache", row_elems, like=k_cache, like_role="k_cache", dtype=dtype, device=device,
+               written=True)
     if v_cache.shape[0] != k_cache.shape[0]:
         raise ValueError(f"'v_cache': dimension 0 ('pool') expected {k_cache.shape[0]}, got {v_cache.shape[0]}")
     check_rows(k, "k", row_elems, dtype=dtype, device=device)
@@ -104,7 +110,8 @@ def indexing(out: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, start: 
         raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {got}")
     row_elems = weight.shape[1]
     check_rows(weight, "weight", row_elems)
-    check_rows(out, "out", row_elems, like=weight, like_role="weight", dtype=weight.dtype, device=weight.device)
+    check_rows(out, "out", row_elems, like=weight, like_role="weight", dtype=weight.dtype, device=weight.device,
+               written=True)
     n = out.shape[0]
     _check_index(ids, "ids", n, weight.device)
     if not 0 <= length <= weight.shape[0]:

@@ -416,6 +416,11 @@ class TensorMatcher {
   }
 
   void check_dtype(DLDataType dtype, const detail::Who& who) const {
+    // A dtype another tensor already bound is the clearer message: it names both tensors.
+    if (dtype_sym_ != nullptr && dtype_sym_->bound_ && !dtype_equal(dtype_sym_->value_, dtype)) {
+      fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
+                                 dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
+    }
     const DLDataType* allowed = dtypes_;
     int32_t n = num_dtypes_;
     if (n == 0 && dtype_sym_ != nullptr) {

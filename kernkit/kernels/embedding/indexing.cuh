@@ -110,7 +110,7 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   const auto w = rows::verify_rows<kRowElems>(weight, "weight", vocab, weight_shape, dtype, device);
   KERNKIT_CHECK_KIND(weight.ndim() == 2, "ValueError")
       << "'weight': expected a 2-d [rows, hidden] table, got " << weight.ndim() << "-d";
-  const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device);
+  const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device, true);
   KERNKIT_CHECK_KIND(out.ndim() == 2, "ValueError")
       << "'out': expected a 2-d [n, hidden] tensor, got " << out.ndim() << "-d";
   KERNKIT_CHECK_KIND(length >= 0 && length <= vocab.unwrap(), "ValueError")

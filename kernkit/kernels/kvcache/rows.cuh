@@ -198,10 +198,12 @@ struct RowsView {
 /// \param shape Binds or checks the row's shape.
 /// \param dtype Binds or checks the dtype (its options restrict it).
 /// \param device Binds or checks the device.
+/// \param written Whether the kernel writes `t`: its rows must then not overlap (a row stride
+/// below the row's elements, e.g. 0 from `expand`, would make threads race on the same bytes).
 /// \return The data pointer and the row stride in bytes.
 template <int64_t kRowElems>
 inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_rows, RowShape& shape,
-                            SymbolicDType& dtype, SymbolicDevice& device) {
+                            SymbolicDType& dtype, SymbolicDevice& device, bool written = false) {
   const int32_t ndim = static_cast<int32_t>(t.ndim());
   KERNKIT_CHECK_KIND(ndim == 2 || ndim == 3, "ValueError")
       << "'" << role << "': expected a 2-d [rows, " << kRowElems << "] or 3-d [rows, heads, head_dim] tensor, got "
@@ -238,6 +240,9 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
   const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
   const int64_t stride = num_rows.unwrap() <= 1 ? kRowElems : row_stride.unwrap();
   KERNKIT_CHECK_KIND(stride >= 0, "ValueError") << "'" << role << "': negative row stride " << stride;
+  KERNKIT_CHECK_KIND(!written || stride >= kRowElems, "ValueError")
+      << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << kRowElems
+      << "); a tensor the kernel writes needs distinct rows";
   return RowsView{data_address(t), stride * elem_bytes};
 }
 

@@ -145,8 +145,8 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
   device.set_options<kDLCUDA>();
   rows::RowShape cache_shape;
   rows::RowShape input_shape;
-  const auto kc = rows::verify_rows<kRowElems>(k_cache, "k_cache", pool, cache_shape, dtype, device);
-  const auto vc = rows::verify_rows<kRowElems>(v_cache, "v_cache", pool, cache_shape, dtype, device);
+  const auto kc = rows::verify_rows<kRowElems>(k_cache, "k_cache", pool, cache_shape, dtype, device, true);
+  const auto vc = rows::verify_rows<kRowElems>(v_cache, "v_cache", pool, cache_shape, dtype, device, true);
   const auto kk = rows::verify_rows<kRowElems>(k, "k", num_tokens, input_shape, dtype, device);
   const auto vv = rows::verify_rows<kRowElems>(v, "v", num_tokens, input_shape, dtype, device);
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(indices, "indices");

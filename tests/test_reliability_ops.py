@@ -115,7 +115,7 @@ class Arena:
         elif layout == "step2" or (layout == "transposed" and len(shape) < 3):
             strides = tuple(2 * s for s in _contiguous_strides(shape))
         elif layout == "transposed":
-            r, h, d = shape
+            _, h, d = shape
             strides = (h * d, 1, h)
         else:
             raise AssertionError(layout)
@@ -680,7 +680,7 @@ def fake_sanitizer(tmp_path):
 
 
 def run_sanitize(fake, out, mode, only="scale/float32-n1031", tools="memcheck,racecheck,initcheck", **env):
-    """tools/gpu_sanitize.py on the CPU emulator, one small case, sharing the test session's
+    """tools/gpu_sanitize.py on the CPU emulator, one small case, sharing the test run's
     build cache."""
     e = dict(os.environ, FAKE_SANITIZER_MODE=mode, **env)
     e.pop("KERNKIT_JIT", None)

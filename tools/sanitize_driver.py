@@ -142,10 +142,10 @@ def store_case(name, device, dtype, heads, head_dim, index_dtype, *, pool=64, n=
     if kv_buffer:  # both caches are halves of one [pool, 2, row] buffer, checked whole
         kv = rand_bits((pool, 2, *row), dtype, gen)
         kv_d = kv.to(device)
-        caches, caches_d, whole, whole_d = (kv[:, 0], kv[:, 1]), (kv_d[:, 0], kv_d[:, 1]), [kv], [kv_d]
+        caches_d, whole, whole_d = (kv_d[:, 0], kv_d[:, 1]), [kv], [kv_d]
     else:
         kc, vc = rand_bits((pool, *row), dtype, gen), rand_bits((pool, *row), dtype, gen)
-        caches, whole = (kc, vc), [kc, vc]
+        whole = [kc, vc]
         whole_d = [kc.to(device), vc.to(device)]
         caches_d = tuple(whole_d)
     if fused:  # K and V are slices of a fused [n, 3, row] tensor

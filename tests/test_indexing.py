@@ -9,18 +9,9 @@ import torch.nn.functional as F
 
 from kernkit import ops
 from kernkit.ops import reference
+from rowdata import rand_rows, same_bytes
 
 VOCAB = 50
-
-
-def rand_rows(shape, dtype, gen):
-    elem = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
-    return raw.view(dtype)
-
-
-def same_bytes(a, b):
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def expected(weight, ids, start, length):

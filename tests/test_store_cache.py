@@ -9,19 +9,9 @@ import torch
 
 from kernkit import ops
 from kernkit.ops import reference
+from rowdata import rand_rows, same_bytes
 
 POOL = 40
-
-
-def rand_rows(shape, dtype, gen):
-    """Random bits of ``dtype`` (NaN payloads and all), so equality is checked on bytes."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
-    return raw.view(dtype)
-
-
-def same_bytes(a, b):
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def make_indices(n, pool, dtype, gen, out_of_range=True):

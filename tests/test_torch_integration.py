@@ -14,16 +14,7 @@ import torch
 from kernkit import ops
 from kernkit.jit import CaptureCompileError, CompileError, JitDisabledError, ToolchainError, core
 from kernkit.ops import elementwise, embedding, fallback, kvcache, radix, reference
-
-
-def same_bytes(a, b):
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-
-
-def rand_rows(shape, dtype, gen):
-    elem = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
-    return raw.view(dtype)
+from rowdata import rand_rows, same_bytes
 
 
 @pytest.fixture(scope="module")

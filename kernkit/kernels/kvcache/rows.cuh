@@ -68,6 +68,19 @@ constexpr int64_t pow2_ceil(int64_t x) {
   return p;
 }
 
+/// \brief The compile-time facts of a row specialization, checked once for every launcher.
+/// \tparam kElemBytes Bytes per element (1, 2, 4 or 8).
+/// \tparam kRowBytes Bytes per row.
+/// \tparam kMaxVec Widest access the row size allows (a power of two <= 16 dividing the row).
+template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec>
+struct RowSpec {
+  static_assert(kRowBytes % kElemBytes == 0, "a row is a whole number of elements");
+  static_assert(kMaxVec >= 1 && kMaxVec <= 16 && (kMaxVec & (kMaxVec - 1)) == 0, "kMaxVec: 1, 2, 4, 8 or 16");
+  static_assert(kRowBytes % kMaxVec == 0, "kMaxVec must divide the row");
+  /// Elements per row.
+  static constexpr int64_t kRowElems = kRowBytes / kElemBytes;
+};
+
 /// \brief How the threads of a kernel cover one row.
 ///
 /// A row is `kChunks` vectors of `kVec` bytes. Short rows (at most 32 vectors) get a group of

@@ -132,10 +132,7 @@ template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPe
 void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView indices,
                  tvm::ffi::TensorView k, tvm::ffi::TensorView v) {
   using namespace host;
-  static_assert(kRowBytes % kElemBytes == 0, "a row is a whole number of elements");
-  static_assert(kMaxVec >= 1 && kMaxVec <= 16 && (kMaxVec & (kMaxVec - 1)) == 0, "kMaxVec: 1, 2, 4, 8 or 16");
-  static_assert(kRowBytes % kMaxVec == 0, "kMaxVec must divide the row");
-  constexpr int64_t kRowElems = kRowBytes / kElemBytes;
+  constexpr int64_t kRowElems = ::kernkit::device::rows::RowSpec<kElemBytes, kRowBytes, kMaxVec>::kRowElems;
 
   SymbolicSize pool{"pool"};
   SymbolicSize num_tokens{"num_tokens"};

@@ -8,6 +8,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -126,11 +127,12 @@ def _save_scan_table(fresh: dict[str, list]) -> None:
         pass
 
 
-def _scan(path: str, fresh: dict[str, list]) -> tuple[str, list]:
+def _scan(path: str, fresh: dict[str, list]) -> tuple[str, list, tuple[int, int]]:
     st = os.stat(path)
+    stat = (st.st_size, st.st_mtime_ns)
     hit = _scanned.get(path)
     if hit is not None and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
-        return hit[2], hit[3]
+        return hit[2], hit[3], stat
     with open(path, "rb") as f:
         data = f.read()
     digest = hashlib.sha256(data).hexdigest()
@@ -139,10 +141,11 @@ def _scan(path: str, fresh: dict[str, list]) -> tuple[str, list]:
     with _scan_lock:
         _scanned[path] = rec
     fresh[path] = rec
-    return digest, includes
+    return digest, includes, stat
 
 
-def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[Path, str]:
+def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path],
+                   seen: ClosureStats | None = None) -> dict[Path, str]:
     """Every file the roots include, transitively, that resolves in ``include_dirs`` (or, for
     ``"quoted"`` includes, next to the includer), mapped to its content digest. Headers that do
     not resolve there (the standard library, CUDA, tvm-ffi) are covered by the compiler and
@@ -150,18 +153,25 @@ def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[
 
     Every file of the closure is stat-ed and every include is resolved again on each call (so an
     edited header, or a new one that shadows another, is seen); only the reading, hashing and
-    scanning of unchanged files is skipped."""
+    scanning of unchanged files is skipped. ``seen``, when given, receives the stats the answer
+    rests on (see ``ClosureStats``)."""
     dirs = [str(d) for d in include_dirs]
     found: dict[str, str] = {}
     fresh: dict[str, list] = {}
-    join = os.path.join
+    join, dirname = os.path.join, os.path.dirname
     # One answer per candidate path within this call: the same standard and tvm-ffi headers are
     # included by most kernkit headers, and each miss costs a stat per include directory.
     exists: dict[str, bool] = {}
+    probed: set[str] | None = set() if seen is not None else None
 
     def isfile(candidate: str) -> bool:
         hit = exists.get(candidate)
         if hit is None:
+            if probed is not None:
+                parent = dirname(candidate)
+                if parent not in probed:  # stat the directory before looking into it
+                    probed.add(parent)
+                    _dir_stamp(parent, seen.dirs)
             hit = exists[candidate] = os.path.isfile(candidate)
         return hit
 
@@ -172,10 +182,12 @@ def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[
         path = stack.pop()
         if path in found:
             continue
-        digest, includes = _scan(path, fresh)
+        digest, includes, stat = _scan(path, fresh)
         found[path] = digest
+        if seen is not None:
+            seen.files[path] = stat
         for quoted, name in includes:
-            bases = ([os.path.dirname(path)] if quoted else []) + dirs
+            bases = ([dirname(path)] if quoted else []) + dirs
             for base in bases:
                 candidate = join(base, name)
                 if isfile(candidate):
@@ -184,3 +196,30 @@ def header_closure(roots: Iterable[Path], include_dirs: Sequence[Path]) -> dict[
     if fresh:
         _save_scan_table(fresh)
     return {Path(p): d for p, d in found.items()}
+
+
+@dataclass
+class ClosureStats:
+    """What a ``header_closure`` answer rests on: the (size, mtime) of each file it read, and the
+    mtime of each directory it searched (of the nearest existing ancestor for one that does not
+    exist). While all of them are unchanged, the same call gives the same answer: a file that
+    would shadow a header, once added, changes the mtime of the directory it lands in (or of
+    the ancestor under which its directory was created)."""
+
+    files: dict[str, tuple[int, int]] = field(default_factory=dict)
+    dirs: dict[str, int] = field(default_factory=dict)
+
+
+def _dir_stamp(path: str, dirs: dict[str, int]) -> None:
+    """Record the mtime of directory ``path``, or, when it does not exist, of its nearest
+    existing ancestor (creating ``path`` changes that ancestor's mtime), or -1 for none."""
+    while True:
+        try:
+            dirs[path] = os.stat(path).st_mtime_ns
+            return
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                dirs[path] = -1
+                return
+            path = parent

@@ -16,10 +16,10 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from . import cache
+from . import cache, records
 from .arch import target_arch
 from .build import BuildSpec, CompileError, Unit, run_build
-from .codegen import INCLUDE_DIR, KERNELS_DIR, check_wrappers, header_closure, render_unit, resolve_source
+from .codegen import INCLUDE_DIR, KERNELS_DIR, ClosureStats, check_wrappers, header_closure, render_unit, resolve_source
 from .config import JIT_VAR, emu_sanitizers, jit_enabled
 from .memo import KeyedLocks
 from .toolchain import Toolchain, ToolchainError, toolchain
@@ -75,9 +75,10 @@ def make_spec(
     extra_ldflags: Sequence[str] = (),
     extra_include_paths: Sequence[str] = (),
     backend: str = "cuda",
+    seen: ClosureStats | None = None,
 ) -> BuildSpec:
     """Describe a build: render its units and find the headers they read. Cheap; compiles
-    nothing."""
+    nothing. ``seen`` receives the stats the header closure rests on."""
     if not marker:
         raise ValueError("load_jit: give at least one marker (the kernel's name)")
     if backend not in BACKENDS:
@@ -110,7 +111,7 @@ def make_spec(
     roots = cuda_paths + cpp_paths
     if effective == "cpu":
         roots.append(INCLUDE_DIR / "kernkit" / "emu" / "runtime.h")
-    deps = header_closure(roots, [INCLUDE_DIR, KERNELS_DIR, *map(Path, include_paths)])
+    deps = header_closure(roots, [INCLUDE_DIR, KERNELS_DIR, *map(Path, include_paths)], seen)
     return BuildSpec(
         title=title,
         kernel=parts[0],
@@ -137,19 +138,34 @@ class JitRequest:
 
     @classmethod
     def make(cls, *marker: object, **options: object) -> JitRequest:
-        frozen = {k: tuple(map(tuple, v)) if k.endswith("wrappers") else
-                  (v if isinstance(v, str) else tuple(v)) for k, v in options.items()}
+        frozen = {k: _freeze(k, v) for k, v in options.items()}
         return cls(tuple(str(m) for m in marker), tuple(sorted(frozen.items())))
 
     @property
     def title(self) -> str:
         return self.marker[0] + (f"<{', '.join(self.marker[1:])}>" if len(self.marker) > 1 else "")
 
-    def spec(self) -> BuildSpec:
-        return make_spec(self.marker, **dict(self.options))  # type: ignore[arg-type]
+    def spec(self, seen: ClosureStats | None = None) -> BuildSpec:
+        return make_spec(self.marker, seen=seen, **dict(self.options))  # type: ignore[arg-type]
 
     def load(self) -> tvm_ffi.Module:
-        return load_spec(self.spec())
+        """The loaded module, compiled first when it is not in the cache. A request loaded
+        before (by any process sharing the cache) is found through its record without
+        rendering (``records.py``); otherwise the full path runs and writes the record."""
+        ident = records.identity(self.marker, self.options)
+        if ident is not None:
+            hit = records.lookup(ident)
+            if hit is not None:
+                module = _load_hit(hit)
+                if module is not None:
+                    return module
+        seen = ClosureStats()
+        module, entry, fingerprint, tc = _load(self.spec(seen))
+        # A "*" fingerprint with the JIT on means no compiler was found: which build such a
+        # machine should load is not settled enough to remember.
+        if ident is not None and (fingerprint != "*" or not jit_enabled()):
+            records.store(ident, entry, fingerprint, seen, tc)
+        return module
 
     def build(self) -> Path:
         """Make sure the library is in the disk cache (compiling if needed) without loading it."""
@@ -181,8 +197,8 @@ def load_jit(
     file lock and publishes atomically; it raises ``CompileError`` when compilation fails and
     ``JitDisabledError`` when ``KERNKIT_JIT=off``.
     """
-    spec = make_spec(
-        marker,
+    return JitRequest.make(
+        *marker,
         cuda_files=cuda_files,
         cpp_files=cpp_files,
         cuda_wrappers=cuda_wrappers,
@@ -192,8 +208,20 @@ def load_jit(
         extra_ldflags=extra_ldflags,
         extra_include_paths=extra_include_paths,
         backend=backend,
-    )
-    return load_spec(spec)
+    ).load()
+
+
+def _freeze(name: str, value: object) -> object:
+    """An option as a hashable value (sequences become tuples). What cannot be converted is kept
+    as given, for ``make_spec`` to reject with its own message."""
+    if isinstance(value, (str, os.PathLike)):
+        return value
+    try:
+        if name.endswith("wrappers"):
+            return tuple(tuple(w) if isinstance(w, (list, tuple)) else w for w in value)  # type: ignore[attr-defined]
+        return tuple(value)  # type: ignore[call-overload]
+    except TypeError:
+        return value
 
 
 def _resolve(spec: BuildSpec) -> tuple[cache.Entry, Toolchain | None, ToolchainError | None, str, bool]:
@@ -218,11 +246,36 @@ def ensure_built(spec: BuildSpec) -> Path:
 
 def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
     """Load a described build, compiling it first when it is not in the cache."""
+    return _load(spec)[0]
+
+
+def _load_hit(hit: records.Hit) -> tvm_ffi.Module | None:
+    """The module a valid record points at; None when its build is gone or does not load (the
+    full path then decides what to do, rebuilding a damaged build)."""
+    mem_key = (hit.entry.key, hit.fingerprint)
+    module = _modules.get(mem_key)
+    if module is not None:
+        return module
+    with _module_locks(mem_key):
+        module = _modules.get(mem_key)
+        if module is None:
+            lib = _published(hit.entry, hit.fingerprint)
+            if lib is None:
+                return None
+            try:
+                module = tvm_ffi.load_module(str(lib))
+            except Exception:
+                return None
+            _modules[mem_key] = module
+    return module
+
+
+def _load(spec: BuildSpec) -> tuple[tvm_ffi.Module, cache.Entry, str, Toolchain | None]:
     entry, tc, tc_error, fingerprint, allow_build = _resolve(spec)
     mem_key = (entry.key, fingerprint)
     module = _modules.get(mem_key)
     if module is not None:
-        return module
+        return module, entry, fingerprint, tc
     with _module_locks(mem_key):
         module = _modules.get(mem_key)
         if module is None:
@@ -242,7 +295,7 @@ def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
                 path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
                 module = tvm_ffi.load_module(str(path))
             _modules[mem_key] = module
-    return module
+    return module, entry, fingerprint, tc
 
 
 def _published(entry: cache.Entry, fingerprint: str) -> Path | None:

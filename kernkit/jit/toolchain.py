@@ -26,10 +26,12 @@ class ToolchainError(RuntimeError):
 
 @dataclass(frozen=True)
 class Compiler:
-    """A compiler binary and the first line of its ``--version``."""
+    """A compiler binary and the first line of its ``--version``; ``stat`` is the (real path,
+    size, mtime) of the binary the version belongs to."""
 
     path: str
     version: str
+    stat: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def compiler(path: str) -> Compiler:
                 _remember(key, version)
                 registry[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": version}
             _versions[key] = version
-    return Compiler(path=path, version=version)
+    return Compiler(path=path, version=version, stat=key)
 
 
 def _probe(path: str) -> str:

@@ -551,7 +551,7 @@ def test_write_failures_anywhere_become_cache_dir_errors(tmp_path, fresh_cache, 
                             lambda a, b: _raise(code)() if "/.staging/" in str(a) and "/.staging/" not in str(b)
                             else real_rename(a, b))
     else:
-        monkeypatch.setattr(jit_core.filelock.FileLock, "acquire", _raise(code))
+        monkeypatch.setattr(filelock.FileLock, "acquire", _raise(code))
     with pytest.raises(jit_cache.CacheDirError) as info:
         ensure_built(spec)
     _error_names_dir_and_variable(info.value, fresh_cache / "v1")

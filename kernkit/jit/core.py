@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import filelock
 import torch
 import tvm_ffi
 
@@ -344,6 +343,8 @@ def _find_or_build(
     if tc is None:
         assert tc_error is not None
         raise tc_error
+    import filelock  # only a build needs it: importing it costs ~10 ms of every process start
+
     cache.ensure_dir(entry.root / ".locks")
     lock = filelock.FileLock(str(entry.lock_path(fingerprint)))
     try:

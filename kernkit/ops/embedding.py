@@ -11,6 +11,7 @@ from torch.compiler import is_dynamo_compiling
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
+from .dispatch import Dispatcher
 from .fallback import kernel_or_reference
 from .fallback import cpu_backend
 from .kvcache import elem_bytes, max_vec, row_bytes_of
@@ -61,6 +62,12 @@ def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callab
     return reference.indexing
 
 
+#: The C++ dispatch of ``indexing``, keyed on ``weight`` (the kernel's second argument):
+#: ``_indexing_fn`` depends on nothing but its dtype, device type and shape after the first
+#: dimension. ``out``, ``ids`` and ``vocab_range`` are launch arguments, the same on both paths.
+_dispatch = Dispatcher(arg_index=1)
+
+
 def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None,
              vocab_range: tuple[int, int] | None = None) -> torch.Tensor:
     """Embedding lookup: ``out[t] = weight[ids[t] - start]``, and a zero row when ``ids[t]`` is
@@ -77,21 +84,52 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
             return torch.ops.kernkit.indexing(weight, ids, vocab_range)
         torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
         return out
+    # Per-call path: the launch arguments, then one tvm-ffi call that finds the specialization
+    # from weight in C++. A miss (a new dtype or row size, or no C++ dispatch) picks it in Python
+    # and registers it.
     try:
-        shape = weight.shape
-        fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
-        if vocab_range is None:
-            start, length = 0, shape[0]
-        else:
-            start, length = _vocab_range(vocab_range)
-        if out is None:
-            out = weight.new_empty((ids.shape[0], shape[1]))
-        fn(out, weight, ids, start, length)
+        try:
+            shape = weight.shape
+            if out is None:
+                out = weight.new_empty((ids.shape[0], shape[1]))
+            if vocab_range is None:
+                start, length = 0, shape[0]
+            else:
+                start, length = vocab_range
+        except Exception:  # noqa: BLE001  (whatever it is, the Python path raises it again)
+            # A bad argument: the Python path raises what it always raised, in its order (a bad
+            # weight before a bad vocab_range or ids).
+            return _indexing_python(weight, ids, out, vocab_range)
+        try:
+            hit = _dispatch.call(out, weight, ids, start, length)
+        except Exception:
+            # An argument tvm-ffi cannot convert, or a launcher's check after a hit. In Python the
+            # specialization is picked first, so its errors (an unsupported weight) win.
+            _indexing_fn(weight.dtype, shape, weight.is_cuda)
+            raise
+        if not hit:
+            fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
+            fn(out, weight, ids, start, length)
+            _dispatch.add(weight, fn)
     except (AttributeError, IndexError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
         err = _named_error(e, weight, ids, out, vocab_range)
         if err is e:
             raise
         raise err from e
+    return out
+
+
+def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
+    """``indexing`` without the C++ dispatch: the specialization is checked and picked first."""
+    shape = weight.shape
+    fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
+    if vocab_range is None:
+        start, length = 0, shape[0]
+    else:
+        start, length = _vocab_range(vocab_range)
+    if out is None:
+        out = weight.new_empty((ids.shape[0], shape[1]))
+    fn(out, weight, ids, start, length)
     return out
 
 

@@ -235,6 +235,13 @@ def test_warmup_list_and_errors(capsys):
     assert cli.main(["warmup", "--dtype", "bf16", "--backend", "cpu", "--list"]) == 0
     out = capsys.readouterr().out
     assert "skipped kvcache needs --num-heads, --head-dim" in out and "scale<bf16_t, false>" in out
+    assert "dispatch" not in out, "no dispatched op was collected, so no dispatch table either"
+
+    # An op that dispatches in C++ brings the dispatch table's module along.
+    assert cli.main(["warmup", "store_cache", "--dtype", "bf16", "--num-heads", "8", "--head-dim", "128",
+                     "--backend", "cpu", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "store_cache<2, 2048, 16, 2, false, false>  [cpu]" in out and "dispatch  [host]" in out
 
 
 def test_warmup_user_spec_function(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,7 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
     v1/.locks/<key16>-<toolchain12>.lock           per-build file lock
     v1/.staging/...                                builds in progress (private to one process)
     v1/.failed/<kernel>-<key16>/                   the last failed build of a key, for inspection
+    v1/.records/<request32>.json                   what a request resolved to (``records.py``)
 
 ``key16`` hashes everything that decides the output except the compilers: the generated
 sources, the content of every header they include (transitively), all flags, the target

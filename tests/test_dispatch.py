@@ -254,15 +254,21 @@ def test_a_first_call_inside_a_capture_misses_and_loads_later(monkeypatch):
 STORE_CASES = [(bf16, (4, 64)), (fp32, (16,)), (bf16, (2, 16)), (fp16, (256,))]
 
 
-def test_store_cache_keys_each_get_their_entry_and_match_the_reference(fresh, monkeypatch):
+def count_picks(monkeypatch, module, factory: str) -> list:
+    """The dtypes the op's Python factory ``module.factory`` is asked for from now on."""
     picked = []
-    real = kvcache._store_fn
+    real = getattr(module, factory)
 
     def counting(*key):
         picked.append(key[0])
         return real(*key)
 
-    monkeypatch.setattr(kvcache, "_store_fn", counting)
+    monkeypatch.setattr(module, factory, counting)
+    return picked
+
+
+def test_store_cache_keys_each_get_their_entry_and_match_the_reference(fresh, monkeypatch):
+    picked = count_picks(monkeypatch, kvcache, "_store_fn")
     gen = torch.Generator().manual_seed(3)
     for dtype, row in STORE_CASES:
         assert not kvcache._dispatch.call(*empty_store_args(dtype, row))
@@ -358,14 +364,7 @@ def indexing_matches_reference(weight, ids, out=None, vocab_range=None) -> bool:
 
 
 def test_indexing_hits_with_and_without_out_and_a_vocab_range(fresh, monkeypatch):
-    picked = []
-    real = embedding._indexing_fn
-
-    def counting(*key):
-        picked.append(key[0])
-        return real(*key)
-
-    monkeypatch.setattr(embedding, "_indexing_fn", counting)
+    picked = count_picks(monkeypatch, embedding, "_indexing_fn")
     gen = torch.Generator().manual_seed(6)
     for dtype, hidden in [(fp16, 64), (fp32, 24), (fp16, 40)]:
         weight = rand_rows((30, hidden), dtype, gen)

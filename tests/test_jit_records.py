@@ -176,3 +176,7 @@ def test_identity_follows_request_and_environment(monkeypatch):
     monkeypatch.delenv("KERNKIT_JIT")
     monkeypatch.setenv("CXX", "some-other-c++")
     assert base != records.identity(("k", "1"), (("backend", "cpu"),))
+    monkeypatch.undo()  # the environment as it was
+    assert base == records.identity(("k", "1"), (("backend", "cpu"),))
+    monkeypatch.setattr(records, "_CODE", records._CODE[1:])  # as if the JIT layer's code differed
+    assert base != records.identity(("k", "1"), (("backend", "cpu"),))

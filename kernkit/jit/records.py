@@ -6,8 +6,8 @@ closure (about 80 candidate paths for a shipped kernel), hashing, and finding th
 answer per request (its marker, options and the environment that shapes the build) together
 with the stats that would make the answer wrong:
 
-- the (size, mtime) of every file of the header closure, and of kernkit's own modules that
-  render and hash a build (so an edited checkout does not reuse records of its old code);
+- the (size, mtime) of every file of the header closure, and of the JIT layer's own modules,
+  which render and hash a build (so an edited checkout does not reuse records of its old code);
 - the mtime of every directory searched while resolving includes: adding a header that would
   shadow another changes the mtime of the directory it is added to;
 - the (path, size, mtime) of the compilers whose versions make the toolchain fingerprint.
@@ -37,10 +37,7 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from . import args as _args_mod
-from . import build as _build_mod
 from . import cache
-from . import codegen as _codegen_mod
 from .arch import target_arch
 from .codegen import ClosureStats
 from .config import emu_sanitizers, jit_enabled
@@ -49,13 +46,21 @@ from .toolchain import Toolchain
 _VERSION = 1
 _DIR = ".records"
 
-# The modules whose code decides the rendered units and the key: a record made by other code
-# (an edited checkout at the same version) does not apply. Stat-ed once, at import.
-_CODE = tuple(
-    (m.__file__, os.stat(m.__file__).st_size, os.stat(m.__file__).st_mtime_ns)
-    for m in (_args_mod, _build_mod, cache, _codegen_mod)
-    if m.__file__
-)
+
+def _code_stamp() -> tuple:
+    """The (name, size, mtime) of the JIT layer's modules, whose code decides the rendered units
+    and the key: a record made by other code (an edited checkout at the same version) does not
+    apply. Stat-ed once, at import, so it describes the code this process runs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            st = os.stat(os.path.join(here, name))
+            out.append((name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+_CODE = _code_stamp()
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def identity(marker: tuple[str, ...], options: tuple[tuple[str, object], ...]) -
     backend = opts.get("backend", "cuda")
     try:
         arch = str(target_arch()) if backend == "cuda" and opts.get("cuda_files") else "-"
-    except Exception:
+    except RuntimeError:  # ArchError, or a CUDA runtime that cannot report the device
         return None
     env = os.environ
     includes = opts.get("extra_include_paths") or ()

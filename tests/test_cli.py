@@ -267,10 +267,20 @@ def test_doctor(fresh_cache, capsys, monkeypatch):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     for label in ("kernkit", "torch", "tvm-ffi", "DLPack fast path", "host compiler", "nvcc", "target arch",
-                  "cache dir", "JIT", "environment", "clangd"):
+                  "cache dir", "JIT", "op dispatch", "environment", "clangd"):
         assert f" {label} " in out, label
     assert str(fresh_cache) in out and "1 published builds" in out
     assert "off (production mode" in out and "KERNKIT_JIT=off" in out
+    assert "find their kernels in Python (KERNKIT_JIT=off" in out
+
+    from kernkit.ops.dispatch import dispatch_request
+
+    monkeypatch.delenv("KERNKIT_JIT")
+    assert cli.main(["doctor"]) == 0
+    assert "find their kernels in C++ once the first op call builds" in capsys.readouterr().out
+    dispatch_request().build()
+    assert cli.main(["doctor"]) == 0
+    assert "find their kernels in C++ (the dispatch table's module is in the cache)" in capsys.readouterr().out
     import torch
 
     if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):

@@ -46,7 +46,7 @@ import tvm_ffi
 
 from ..jit import CacheDirError, CaptureCompileError, JitDisabledError, JitRequest, ToolchainError, cache_once
 
-__all__ = ["Dispatcher", "dispatch_module", "dispatch_request"]
+__all__ = ["Dispatcher", "dispatch_module", "dispatch_request", "dispatch_status"]
 
 logger = logging.getLogger("kernkit.ops")
 
@@ -55,6 +55,26 @@ def dispatch_request() -> JitRequest:
     """The build of the dispatch table's host module (plain C++, no CUDA needed)."""
     return JitRequest.make("dispatch", cpp_files=["dispatch/make_dispatch.h"],
                            cpp_wrappers=[("make_dispatch", "make_dispatch")])
+
+
+def dispatch_status() -> str:
+    """How the ops will pick their specializations in this environment, for ``doctor``: whether
+    the dispatch table's module is in the cache, can be built on first use, or neither (then
+    the ops look up in Python). Compiles nothing."""
+    from ..jit import cache as jit_cache
+    from ..jit.config import jit_enabled
+    from ..jit.toolchain import find_cxx
+
+    entry = jit_cache.Entry.of(spec := dispatch_request().spec(), jit_cache.key_material(spec))
+    if jit_cache.newest_published(entry) is not None:
+        return "in C++ (the dispatch table's module is in the cache)"
+    if not jit_enabled():
+        return "in Python (KERNKIT_JIT=off and the dispatch table's module is not in the cache)"
+    try:
+        find_cxx()
+    except ToolchainError:
+        return "in Python (no host C++ compiler to build the dispatch table's module)"
+    return "in C++ once the first op call builds the dispatch table's module (a few seconds)"
 
 
 @cache_once

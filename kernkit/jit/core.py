@@ -248,53 +248,55 @@ def load_spec(spec: BuildSpec) -> tvm_ffi.Module:
     return _load(spec)[0]
 
 
+def _memoized(mem_key: tuple[str, str], load) -> tvm_ffi.Module | None:
+    """The in-memory module of ``mem_key``, else ``load()`` under that key's lock (so threads
+    asking for one module load it once); a None from ``load`` is not remembered."""
+    module = _modules.get(mem_key)
+    if module is None:
+        with _module_locks(mem_key):
+            module = _modules.get(mem_key)
+            if module is None:
+                module = load()
+                if module is not None:
+                    _modules[mem_key] = module
+    return module
+
+
 def _load_hit(hit: records.Hit) -> tvm_ffi.Module | None:
     """The module a valid record points at; None when its build is gone or does not load (the
     full path then decides what to do, rebuilding a damaged build)."""
-    mem_key = (hit.entry.key, hit.fingerprint)
-    module = _modules.get(mem_key)
-    if module is not None:
-        return module
-    with _module_locks(mem_key):
-        module = _modules.get(mem_key)
-        if module is None:
-            lib = _published(hit.entry, hit.fingerprint)
-            if lib is None:
-                return None
-            try:
-                module = tvm_ffi.load_module(str(lib))
-            except Exception:
-                return None
-            _modules[mem_key] = module
-    return module
+
+    def load() -> tvm_ffi.Module | None:
+        lib = _published(hit.entry, hit.fingerprint)
+        try:
+            return tvm_ffi.load_module(str(lib)) if lib is not None else None
+        except Exception:
+            return None
+
+    return _memoized((hit.entry.key, hit.fingerprint), load)
 
 
 def _load(spec: BuildSpec) -> tuple[tvm_ffi.Module, cache.Entry, str, Toolchain | None]:
     entry, tc, tc_error, fingerprint, allow_build = _resolve(spec)
-    mem_key = (entry.key, fingerprint)
-    module = _modules.get(mem_key)
-    if module is not None:
-        return module, entry, fingerprint, tc
-    with _module_locks(mem_key):
-        module = _modules.get(mem_key)
-        if module is None:
+
+    def load() -> tvm_ffi.Module:
+        path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
+        try:
+            return tvm_ffi.load_module(str(path))
+        except Exception as e:
+            # Size and mtime matched the record, yet the library does not load: hash it. A
+            # library replaced with the same size and the same mtime is rebuilt here.
+            if cache.content_matches(path.parent):
+                raise
+            warnings.warn(
+                f"kernkit: discarding a damaged cache entry and rebuilding: {path} failed to load and "
+                f"does not match its build record ({e})", RuntimeWarning, stacklevel=5,
+            )
+            cache.discard(path.parent)
             path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
-            try:
-                module = tvm_ffi.load_module(str(path))
-            except Exception as e:
-                # Size and mtime matched the record, yet the library does not load: hash it. A
-                # library replaced with the same size and the same mtime is rebuilt here.
-                if cache.content_matches(path.parent):
-                    raise
-                warnings.warn(
-                    f"kernkit: discarding a damaged cache entry and rebuilding: {path} failed to load and "
-                    f"does not match its build record ({e})", RuntimeWarning, stacklevel=3,
-                )
-                cache.discard(path.parent)
-                path = _find_or_build(spec, entry, tc, tc_error, fingerprint, allow_build)
-                module = tvm_ffi.load_module(str(path))
-            _modules[mem_key] = module
-    return module, entry, fingerprint, tc
+            return tvm_ffi.load_module(str(path))
+
+    return _memoized((entry.key, fingerprint), load), entry, fingerprint, tc
 
 
 def _published(entry: cache.Entry, fingerprint: str) -> Path | None:

@@ -65,7 +65,8 @@ def dispatch_status() -> str:
     from ..jit.config import jit_enabled
     from ..jit.toolchain import find_cxx
 
-    entry = jit_cache.Entry.of(spec := dispatch_request().spec(), jit_cache.key_material(spec))
+    spec = dispatch_request().spec()
+    entry = jit_cache.Entry.of(spec, jit_cache.key_material(spec))
     if jit_cache.newest_published(entry) is not None:
         return "in C++ (the dispatch table's module is in the cache)"
     if not jit_enabled():

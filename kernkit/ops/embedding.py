@@ -85,32 +85,28 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
         torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
         return out
     # Per-call path: the launch arguments, then one tvm-ffi call that finds the specialization
-    # from weight in C++. A miss (a new dtype or row size, or no C++ dispatch) picks it in Python
-    # and registers it.
+    # from weight in C++. A miss (a new dtype or row size, or no C++ dispatch) and a bad argument
+    # take the Python path, which picks the specialization first, raises in its order (a bad
+    # weight before a bad vocab_range or ids) and registers what it picked.
     try:
+        hit = False
         try:
             shape = weight.shape
+            start, length = (0, shape[0]) if vocab_range is None else vocab_range
             if out is None:
                 out = weight.new_empty((ids.shape[0], shape[1]))
-            if vocab_range is None:
-                start, length = 0, shape[0]
-            else:
-                start, length = vocab_range
-        except Exception:  # noqa: BLE001  (whatever it is, the Python path raises it again)
-            # A bad argument: the Python path raises what it always raised, in its order (a bad
-            # weight before a bad vocab_range or ids).
-            return _indexing_python(weight, ids, out, vocab_range)
-        try:
-            hit = _dispatch.call(out, weight, ids, start, length)
-        except Exception:
-            # An argument tvm-ffi cannot convert, or a launcher's check after a hit. In Python the
-            # specialization is picked first, so its errors (an unsupported weight) win.
-            _indexing_fn(weight.dtype, shape, weight.is_cuda)
-            raise
+        except Exception:  # noqa: BLE001  (the Python path raises it again, in its order)
+            pass
+        else:
+            try:
+                hit = _dispatch.call(out, weight, ids, start, length)
+            except Exception:
+                # An argument tvm-ffi cannot convert, or a launcher's check after a hit: the
+                # errors of picking the specialization (an unsupported weight) win.
+                _indexing_fn(weight.dtype, shape, weight.is_cuda)
+                raise
         if not hit:
-            fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
-            fn(out, weight, ids, start, length)
-            _dispatch.add(weight, fn)
+            out = _indexing_python(weight, ids, out, vocab_range)
     except (AttributeError, IndexError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
         err = _named_error(e, weight, ids, out, vocab_range)
         if err is e:
@@ -120,7 +116,8 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
 
 
 def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
-    """``indexing`` without the C++ dispatch: the specialization is checked and picked first."""
+    """``indexing`` through the Python lookup: pick the specialization (checking ``weight``),
+    call it, and register it with the C++ dispatch so that the next call with this key hits."""
     shape = weight.shape
     fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
     if vocab_range is None:
@@ -130,6 +127,7 @@ def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
     if out is None:
         out = weight.new_empty((ids.shape[0], shape[1]))
     fn(out, weight, ids, start, length)
+    _dispatch.add(weight, fn)
     return out
 
 

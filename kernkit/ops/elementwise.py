@@ -12,7 +12,7 @@ from torch.compiler import is_dynamo_compiling
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
-from .fallback import cpu_backend, kernel_or_reference
+from .fallback import kernel_for_device
 
 __all__ = ["scale", "specializations"]
 
@@ -38,12 +38,8 @@ def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
         raise TypeError(f"'src': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     # No kernel can be built here: the reference, in a namespace shaped like the module.
     fallback = SimpleNamespace(scale=reference.scale)
-    if is_cuda:
-        return kernel_or_reference("scale", lambda: scale_request(dtype, is_arch_support_pdl(), "cuda").load(),
-                                   fallback)
-    if cpu_backend() == "cpu":  # CPU tensors run the same kernel on the CPU emulator
-        return kernel_or_reference("scale", lambda: scale_request(dtype, False, "cpu").load(), fallback)
-    return fallback
+    return kernel_for_device("scale", is_cuda, lambda backend, pdl: scale_request(dtype, pdl, backend).load(),
+                             fallback)
 
 
 def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:

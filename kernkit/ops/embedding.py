@@ -12,8 +12,7 @@ from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
 from .dispatch import Dispatcher
-from .fallback import kernel_or_reference
-from .fallback import cpu_backend
+from .fallback import kernel_for_device
 from .kvcache import elem_bytes, max_vec, row_bytes_of
 
 __all__ = ["indexing", "specializations"]
@@ -52,14 +51,9 @@ def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callab
     if len(shape) != 2:
         raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(shape)}-d")
     row_bytes = row_bytes_of(shape[1:], elem, "weight")
-    if is_cuda:
-        return kernel_or_reference(
-            "indexing", lambda: indexing_module(elem, row_bytes, is_arch_support_pdl(), "cuda").indexing,
-            reference.indexing)
-    if cpu_backend() == "cpu":
-        return kernel_or_reference(
-            "indexing", lambda: indexing_module(elem, row_bytes, False, "cpu").indexing, reference.indexing)
-    return reference.indexing
+    return kernel_for_device(
+        "indexing", is_cuda, lambda backend, pdl: indexing_module(elem, row_bytes, pdl, backend).indexing,
+        reference.indexing)
 
 
 #: The C++ dispatch of ``indexing``, keyed on ``weight`` (the kernel's second argument):

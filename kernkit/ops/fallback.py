@@ -16,11 +16,11 @@ import warnings
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..jit import JitDisabledError, ToolchainError, cache_once
+from ..jit import JitDisabledError, ToolchainError, cache_once, is_arch_support_pdl
 from ..jit.codegen import INCLUDE_DIR
 from ..jit.toolchain import find_cuda_home
 
-__all__ = ["CPU_OPS_VAR", "STRICT_VAR", "cpu_backend", "kernel_or_reference", "strict_mode"]
+__all__ = ["CPU_OPS_VAR", "STRICT_VAR", "cpu_backend", "kernel_for_device", "kernel_or_reference", "strict_mode"]
 
 #: ``KERNKIT_STRICT=1``: never fall back to the torch reference; raise the build error instead.
 STRICT_VAR = "KERNKIT_STRICT"
@@ -62,6 +62,17 @@ def kernel_or_reference(op: str, load: Callable[[], T], reference: T) -> T:
                 stacklevel=4,
             )
         return reference
+
+
+def kernel_for_device(op: str, is_cuda: bool, load: Callable[[str, bool], T], reference: T) -> T:
+    """The ops' one backend policy: for CUDA tensors ``load("cuda", pdl)`` (PDL where the GPU
+    has it), for CPU tensors the emulator build ``load("cpu", False)`` when ``cpu_backend()``
+    allows it; ``reference`` where no kernel serves the tensors (``kernel_or_reference``)."""
+    if is_cuda:
+        return kernel_or_reference(op, lambda: load("cuda", is_arch_support_pdl()), reference)
+    if cpu_backend() == "cpu":
+        return kernel_or_reference(op, lambda: load("cpu", False), reference)
+    return reference
 
 
 @cache_once

@@ -13,7 +13,7 @@ from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
 from .dispatch import Dispatcher
-from .fallback import cpu_backend, kernel_or_reference
+from .fallback import kernel_for_device
 
 __all__ = ["store_cache", "specializations"]
 
@@ -98,14 +98,9 @@ def store_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda", pe
 def _store_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
     elem = elem_bytes(dtype, "k_cache")
     row_bytes = row_bytes_of(shape[1:], elem, "k_cache")
-    if is_cuda:
-        return kernel_or_reference(
-            "store_cache", lambda: store_module(elem, row_bytes, is_arch_support_pdl(), "cuda").store_cache,
-            reference.store_cache)
-    if cpu_backend() == "cpu":
-        return kernel_or_reference(
-            "store_cache", lambda: store_module(elem, row_bytes, False, "cpu").store_cache, reference.store_cache)
-    return reference.store_cache
+    return kernel_for_device(
+        "store_cache", is_cuda, lambda backend, pdl: store_module(elem, row_bytes, pdl, backend).store_cache,
+        reference.store_cache)
 
 
 #: The C++ dispatch of ``store_cache``, keyed on ``k_cache``: ``_store_fn`` depends on nothing but

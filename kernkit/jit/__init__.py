@@ -1,19 +1,17 @@
-"""kernkit's JIT layer: render a template specialization, compile it once, cache it on disk and
-in memory, and load it as a tvm-ffi module whose functions take torch tensors.
+"""kernkit's JIT layer: describe a specialization of kernel templates (``JitSpec``), build it
+once into an on-disk cache, and load it as a tvm-ffi module whose functions take torch tensors.
 
-The pieces, one job each: ``args`` (template arguments), ``memo`` (``cache_once``), ``arch``
-(target selection), ``toolchain`` (compilers and their fingerprints), ``codegen`` (generated
-units and header discovery), ``build`` (compiling), ``cache`` (the disk cache), ``core``
-(``load_jit``).
+Modules, one job each: ``args`` (template arguments), ``memo`` (``cache_once``), ``arch`` (the
+target), ``backends`` (compilers and builds), ``cache`` (the disk cache), ``spec`` (``JitSpec``,
+``load_jit``). The developer tools (``python -m kernkit.jit``) live in ``kernkit.tools``.
 """
 
 from .arch import ArchError, CudaArch, is_arch_support_pdl, target_arch
 from .args import CppArgs, make_cpp_args
-from .build import CompileError
+from .backends import CompileError, ToolchainError
 from .cache import CacheDirError
-from .core import CaptureCompileError, JitDisabledError, JitRequest, load_jit
 from .memo import cache_once
-from .toolchain import ToolchainError
+from .spec import CaptureCompileError, JitDisabledError, JitSpec, load_jit
 
 __all__ = [
     "ArchError",
@@ -23,7 +21,7 @@ __all__ = [
     "CppArgs",
     "CudaArch",
     "JitDisabledError",
-    "JitRequest",
+    "JitSpec",
     "ToolchainError",
     "cache_once",
     "is_arch_support_pdl",

@@ -1,8 +1,8 @@
-"""``python -m kernkit.jit``: see ``kernkit.jit.cli`` (``-h`` lists the subcommands)."""
+"""``python -m kernkit.jit``: the developer tools of ``kernkit.tools.cli`` (``-h`` lists them)."""
 
 import sys
 
-from .cli import main
+from kernkit.tools.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

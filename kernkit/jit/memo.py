@@ -7,43 +7,39 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+import torch
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class KeyedLocks:
-    """One lock per key, created on demand, so that work on different keys runs in parallel
-    while two threads asking for the same key do the work once."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[Hashable, threading.Lock] = {}
-
-    def __call__(self, key: Hashable) -> threading.Lock:
-        with self._guard:
-            lock = self._locks.get(key)
-            if lock is None:
-                lock = self._locks[key] = threading.Lock()
-            return lock
 
 
 def cache_once(fn: F) -> F:
     """Memoize ``fn`` on its arguments, computing each key at most once per process.
 
     The hit path is one dict lookup, which ``torch.compile`` traces as plain Python (unlike
-    ``functools.lru_cache``, which Dynamo cannot look into). A miss takes a per-key lock and
-    checks again, so two threads asking for one cold key run ``fn`` once; an exception is not
-    cached. Arguments must be hashable; keyword arguments are part of the key.
+    ``functools.lru_cache``, which Dynamo cannot look into). A miss takes a lock of that key
+    only, so two threads asking for one cold key run ``fn`` once while other keys proceed; it
+    runs outside any graph Dynamo traces (``torch.compiler.disable``: a cold load inside
+    ``torch.compile`` is a graph break, never a tracing error). An exception is not cached.
+    Arguments must be hashable; keyword arguments are part of the key.
+
+    Example
+    -------
+    >>> @cache_once
+    ... def _module(dtype):
+    ...     return load_jit("scale", *make_cpp_args(dtype, False), ...)  # doctest: +SKIP
     """
     cache: dict[Hashable, Any] = {}
-    locks = KeyedLocks()
+    locks: dict[Hashable, threading.Lock] = {}
+    guard = threading.Lock()
 
+    @torch.compiler.disable
     def compute(key: Hashable, args: tuple, kwargs: dict) -> Any:
-        with locks(key):
-            if key in cache:
-                return cache[key]
-            value = fn(*args, **kwargs)
-            cache[key] = value
-            return value
+        with guard:
+            lock = locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in cache:
+                cache[key] = fn(*args, **kwargs)
+            return cache[key]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

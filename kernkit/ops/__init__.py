@@ -1,15 +1,16 @@
-"""kernkit's ops: thin Python entry points that pick a cached specialization and call it.
+"""kernkit's ops: ``store_cache``, ``indexing``, ``compare_key``, ``scale``, and any op module
+added to this package. Each module registers its ops with ``register_op`` when imported, which
+makes them ``torch.ops.kernkit.*`` custom ops and lists their specializations for ``warmup``;
+this package imports every module in it, so a new op file needs no edit elsewhere."""
 
-Each op module also has ``specializations(...)``, the builds a model shape needs, for
-ahead-of-time compilation (``python -m kernkit.jit warmup``).
-"""
+import importlib
+import pkgutil
 
-from .embedding import indexing
-from .kvcache import store_cache
-from .radix import compare_key
+from .registry import available, register_op, registered_ops
 
-from .elementwise import scale
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
-from . import library  # noqa: E402,F401  (registers the torch.library custom ops, torch.ops.kernkit.*)
-
-__all__ = ["compare_key", "indexing", "scale", "store_cache"]
+globals().update({op.name: op.fn for op in registered_ops() if op.qualname.startswith("kernkit::")})
+__all__ = sorted(op.name for op in registered_ops() if op.qualname.startswith("kernkit::"))
+__all__ += ["available", "register_op", "registered_ops"]

@@ -3,78 +3,66 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
+from typing import Optional
 
 import torch
-import tvm_ffi
-from torch.compiler import is_dynamo_compiling
 
-from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
-from . import reference
-from .argerrors import named_error
-from .fallback import kernel_for_device
-
-__all__ = ["scale", "specializations"]
+from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from .registry import register_op
 
 #: The dtypes ``scale`` is specialized for.
 SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def scale_request(dtype: torch.dtype, use_pdl: bool, backend: str = "cuda") -> JitRequest:
-    """The build of one ``scale`` specialization, shared by the module factory and warmup."""
-    args = make_cpp_args(dtype, use_pdl)
-    return JitRequest.make(
-        "scale", *args,
-        cuda_files=["elementwise/scale.cuh"],
-        cuda_wrappers=[("scale", f"scale<{args}>")],
-        backend=backend,
-    )
+def scale_spec(dtype: torch.dtype, backend: str | None = None) -> JitSpec:
+    """The build of one ``scale`` specialization: the factory below and ``warmup`` share it."""
+    if dtype not in SCALE_DTYPES:
+        raise TypeError(f"'src': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
+    args = make_cpp_args(dtype, backend != "emu" and is_arch_support_pdl())
+    return JitSpec.make("scale", *args, cuda_files=["elementwise/scale.cuh"],
+                        cuda_wrappers=[("scale", f"scale<{args}>")], backend=backend)
 
 
 @cache_once
-def _scale_module(dtype: torch.dtype, is_cuda: bool) -> tvm_ffi.Module:
-    # Runs once per (dtype, device kind), so this is where the dtype check costs nothing.
-    if dtype not in SCALE_DTYPES:
-        raise TypeError(f"'src': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
-    # No kernel can be built here: the reference, in a namespace shaped like the module.
-    fallback = SimpleNamespace(scale=reference.scale)
-    return kernel_for_device("scale", is_cuda, lambda backend, pdl: scale_request(dtype, pdl, backend).load(),
-                             fallback)
+def _module(dtype: torch.dtype, is_cuda: bool):
+    # Runs once per (dtype, device kind): the place for what Python must check.
+    return scale_spec(dtype, None if is_cuda else "emu").build_and_load()
 
 
-def scale(src: torch.Tensor, factor: float, out: torch.Tensor | None = None) -> torch.Tensor:
+def _out(src: torch.Tensor, factor: float) -> torch.Tensor:
+    return torch.empty_like(src, memory_format=torch.contiguous_format)
+
+
+def _specializations(dtypes: Sequence[torch.dtype] = SCALE_DTYPES, backend: str | None = None) -> list[JitSpec]:
+    return [scale_spec(d, backend) for d in dict.fromkeys(dtypes)]
+
+
+@register_op(fake=_out, specializations=_specializations)
+def scale(src: torch.Tensor, factor: float, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``src * factor``, computed in fp32 and rounded once to ``src.dtype``.
 
-    ``src``: a contiguous float16, bfloat16 or float32 tensor, on a CUDA device (or on the CPU,
-    through kernkit's CPU emulator). ``out``: optional, same dtype, device and number of
-    elements. Returns ``out`` (a new tensor shaped like ``src`` when not given).
+    Parameters
+    ----------
+    src
+        A contiguous float16, bfloat16 or float32 tensor, on a CUDA device (or on the CPU,
+        through kernkit's CPU emulator).
+    factor
+        The scale factor.
+    out
+        Optional, contiguous, same shape, dtype and device as ``src``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, or a new tensor shaped like ``src``.
+
+    Example
+    -------
+    >>> x = torch.randn(1000, dtype=torch.bfloat16)
+    >>> torch.equal(scale(x, 1.5), (x.float() * 1.5).to(torch.bfloat16))  # doctest: +SKIP
+    True
     """
-    if is_dynamo_compiling():  # traced by torch.compile: the custom ops (kernkit/ops/library.py)
-        if out is None:
-            return torch.ops.kernkit.scale(src, factor)
-        torch.ops.kernkit.scale_out(out, src, factor)
-        return out
-    # Per-call path: pick the module, allocate, call. Tensor checks live in the C++ launcher.
-    try:
-        if out is None:
-            out = torch.empty_like(src)
-        _scale_module(src.dtype, src.is_cuda).scale(out.view(-1), src.view(-1), factor)
-    except (AttributeError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
-        tensors = (("src", src),) if out is None else (("src", src), ("out", out))
-        err = named_error(e, tensors, (("out", out), ("src", src), ("factor", factor)), contiguous=("src", "out"))
-        if err is e:
-            raise
-        raise err from e
+    if out is None:
+        out = _out(src, factor)
+    _module(src.dtype, src.is_cuda).scale(out, src, factor)
     return out
-
-
-def specializations(dtypes: torch.dtype | Sequence[torch.dtype] = SCALE_DTYPES, *,
-                    backend: str = "cuda") -> list[JitRequest]:
-    """The builds ``scale`` needs for ``dtypes``, for ahead-of-time compilation
-    (``python -m kernkit.jit warmup scale --dtype bf16``)."""
-    dtypes = [dtypes] if isinstance(dtypes, torch.dtype) else list(dtypes)
-    bad = [d for d in dtypes if d not in SCALE_DTYPES]
-    if bad:
-        raise TypeError(f"scale: unsupported dtype {bad[0]}; supported: float16, bfloat16, float32")
-    use_pdl = is_arch_support_pdl() if backend == "cuda" else False
-    return [scale_request(d, use_pdl, backend) for d in dict.fromkeys(dtypes)]

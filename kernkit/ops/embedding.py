@@ -3,156 +3,71 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable
+from typing import Optional
 
 import torch
-from torch.compiler import is_dynamo_compiling
 
-from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
-from . import reference
-from .argerrors import named_error
-from .dispatch import Dispatcher
-from .fallback import kernel_for_device
-from .kvcache import elem_bytes, max_vec, row_bytes_of
+from ..jit import JitSpec, cache_once
+from .kvcache import row_bytes, row_spec
+from .registry import register_op
 
-__all__ = ["indexing", "specializations"]
-
-#: Vectors a thread keeps in flight (see ``device::rows::RowLayout``); a 2 KB bf16 row gets two
-#: warps with 2 x 16 bytes per thread. Measured on an H200 (151936 x 1024 bf16): 2 against 4
-#: took 65.1 against 66.2 us at n=65536 and 5.7 against 6.5 us at n=4096.
+#: Vectors a thread keeps in flight (``device::rows::RowLayout``). Measured on an H200
+#: (151936 x 1024 bf16): 2 against 4 took 65.1 against 66.2 us at n=65536, 5.7 against 6.5 at 4096.
 INDEXING_PER_THREAD = 2
 
 
-def indexing_request(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
-                     per_thread: int = INDEXING_PER_THREAD) -> JitRequest:
-    """The build of one ``indexing`` specialization (shared by the module factory and
-    ahead-of-time builds)."""
-    args = make_cpp_args(elem, row_bytes, max_vec(row_bytes), per_thread, pdl)
-    return JitRequest.make(
-        "indexing", *args,
-        cuda_files=["embedding/indexing.cuh"],
-        cuda_wrappers=[("indexing", f"indexing<{args}>")],
-        backend=backend,
-    )
+def indexing_spec(dtype: torch.dtype, hidden: int, backend: str | None = None) -> JitSpec:
+    """The ``indexing`` specialization for a table of ``dtype`` with rows of ``hidden`` elements."""
+    nbytes = row_bytes(dtype, (hidden,), "weight")
+    return row_spec("indexing", "embedding/indexing.cuh", dtype.itemsize, nbytes, INDEXING_PER_THREAD, backend)
 
 
 @cache_once
-def indexing_module(elem: int, row_bytes: int, pdl: bool, backend: str = "cuda",
-                    per_thread: int = INDEXING_PER_THREAD):
-    """The loaded module of one ``indexing`` specialization."""
-    return indexing_request(elem, row_bytes, pdl, backend, per_thread).load()
-
-
-# Keyed on the whole shape: slicing a torch.Size costs more than hashing it, and a table's
-# shape does not change between calls.
-@cache_once
-def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[..., None]:
-    elem = elem_bytes(dtype, "weight")
+def _module(dtype: torch.dtype, shape: torch.Size, is_cuda: bool):
     if len(shape) != 2:
         raise ValueError(f"'weight': expected a 2-d [rows, hidden] table, got {len(shape)}-d")
-    row_bytes = row_bytes_of(shape[1:], elem, "weight")
-    return kernel_for_device(
-        "indexing", is_cuda, lambda backend, pdl: indexing_module(elem, row_bytes, pdl, backend).indexing,
-        reference.indexing)
+    return indexing_spec(dtype, shape[1], None if is_cuda else "emu").build_and_load()
 
 
-#: The C++ dispatch of ``indexing``, keyed on ``weight`` (the kernel's second argument):
-#: ``_indexing_fn`` depends on nothing but its dtype, device type and shape after the first
-#: dimension. ``out``, ``ids`` and ``vocab_range`` are launch arguments, the same on both paths.
-_dispatch = Dispatcher(arg_index=1)
+def _out(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Optional[Sequence[int]] = None) -> torch.Tensor:
+    # Never fails for tensors of any shape: the launcher checks them and names what is wrong.
+    return weight.new_empty((*ids.shape, *weight.shape[1:]))
 
 
-def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None,
-             vocab_range: tuple[int, int] | None = None) -> torch.Tensor:
-    """Embedding lookup: ``out[t] = weight[ids[t] - start]``, and a zero row when ``ids[t]`` is
+def _specializations(dtypes: Sequence[torch.dtype], hidden_size: int, backend: str | None = None) -> list[JitSpec]:
+    return [indexing_spec(d, hidden_size, backend) for d in dict.fromkeys(dtypes)]
+
+
+@register_op(fake=_out, specializations=_specializations)
+def indexing(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Optional[Sequence[int]] = None, *,
+             out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Embedding lookup: ``out[t] = weight[ids[t] - start]``, a zero row where ``ids[t]`` is
     outside ``[start, start + length)``.
 
-    ``weight``: ``[rows, hidden]`` (any 1-, 2-, 4- or 8-byte dtype; rows may be strided), this
-    rank's shard of the vocabulary. ``ids``: int32 or int64 ``[n]``. ``vocab_range``:
-    ``(start, length)`` of the ids this shard holds, ``length <= rows``; ``None`` means
-    ``(0, rows)``, so an id outside the table gives zeros and never reads out of bounds.
-    ``out``: optional ``[n, hidden]`` of ``weight``'s dtype. Returns ``out``.
+    Parameters
+    ----------
+    weight
+        ``[rows, hidden]``, any 1-, 2-, 4- or 8-byte dtype, rows may be strided: this rank's
+        shard of the vocabulary.
+    ids
+        int32 or int64 ``[n]``.
+    vocab_range
+        ``(start, length)`` of the ids this shard holds, ``length <= rows``; None means
+        ``(0, rows)``, so an id outside the table gives a zero row and never reads out of bounds.
+    out
+        Optional ``[n, hidden]`` of ``weight``'s dtype, written.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, or a new ``[n, hidden]`` tensor.
+
+    Example
+    -------
+    >>> weight = torch.randn(1000, 256, dtype=torch.float16, device="cuda")
+    >>> indexing(weight, torch.tensor([3, 999, 1000], device="cuda"))  # doctest: +SKIP
     """
-    if is_dynamo_compiling():  # traced by torch.compile: the custom ops (kernkit/ops/library.py)
-        if out is None:
-            return torch.ops.kernkit.indexing(weight, ids, vocab_range)
-        torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
-        return out
-    # Per-call path: the launch arguments, then one tvm-ffi call that finds the specialization
-    # from weight in C++. A miss (a new dtype or row size, or no C++ dispatch) and a bad argument
-    # take the Python path, which picks the specialization first, raises in its order (a bad
-    # weight before a bad vocab_range or ids) and registers what it picked.
-    try:
-        hit = False
-        try:
-            shape = weight.shape
-            start, length = (0, shape[0]) if vocab_range is None else vocab_range
-            if out is None:
-                out = weight.new_empty((ids.shape[0], shape[1]))
-        except Exception:  # noqa: BLE001  (the Python path raises it again, in its order)
-            pass
-        else:
-            try:
-                hit = _dispatch.call(out, weight, ids, start, length)
-            except Exception:
-                # An argument tvm-ffi cannot convert, or a launcher's check after a hit: the
-                # errors of picking the specialization (an unsupported weight) win.
-                _indexing_fn(weight.dtype, shape, weight.is_cuda)
-                raise
-        if not hit:
-            out = _indexing_python(weight, ids, out, vocab_range)
-    except (AttributeError, IndexError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
-        err = _named_error(e, weight, ids, out, vocab_range)
-        if err is e:
-            raise
-        raise err from e
-    return out
-
-
-def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
-    """``indexing`` through the Python lookup: pick the specialization (checking ``weight``),
-    call it, and register it with the C++ dispatch so that the next call with this key hits."""
-    shape = weight.shape
-    fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
-    if vocab_range is None:
-        start, length = 0, shape[0]
-    else:
-        start, length = _vocab_range(vocab_range)
     if out is None:
-        out = weight.new_empty((ids.shape[0], shape[1]))
-    fn(out, weight, ids, start, length)
-    _dispatch.add(weight, fn)
-    return out
-
-
-def _vocab_range(vocab_range) -> tuple[int, int]:
-    try:
-        start, length = vocab_range
-    except (TypeError, ValueError):
-        raise ValueError(f"'vocab_range': expected (start, length), got {vocab_range!r}") from None
-    return start, length
-
-
-def _named_error(e: BaseException, weight, ids, out, vocab_range) -> BaseException:
-    if isinstance(e, IndexError) and isinstance(ids, torch.Tensor) and ids.dim() != 1:
-        return ValueError(f"'ids': expected a 1-d tensor, got {ids.dim()}-d with shape {list(ids.shape)}")
-    tensors = [("weight", weight), ("ids", ids)] + ([("out", out)] if out is not None else [])
-    ffi_args = (("out", out), ("weight", weight), ("ids", ids), ("vocab_range", vocab_range),
-                ("vocab_range", vocab_range))
-    # ids of a claimed huge length (expand) fail in allocating out, before the launcher rejects them
-    return named_error(e, tensors, ffi_args, contiguous=("ids",))
-
-
-def specializations(dtypes: torch.dtype | Sequence[torch.dtype], hidden_size: int, *,
-                    backend: str = "cuda") -> list[JitRequest]:
-    """The builds ``indexing`` needs for an embedding of ``hidden_size`` of each dtype, for
-    ahead-of-time compilation."""
-    dtypes = [dtypes] if isinstance(dtypes, torch.dtype) else list(dtypes)
-    pdl = is_arch_support_pdl() if backend == "cuda" else False
-    out = []
-    for dtype in dtypes:
-        elem = elem_bytes(dtype, "dtype")
-        req = indexing_request(elem, row_bytes_of((hidden_size,), elem, "weight"), pdl, backend)
-        if req not in out:
-            out.append(req)
+        out = _out(weight, ids)
+    _module(weight.dtype, weight.shape, weight.is_cuda).indexing(out, weight, ids, vocab_range)
     return out

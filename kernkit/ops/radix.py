@@ -3,42 +3,46 @@
 from __future__ import annotations
 
 import torch
-from torch.compiler import is_dynamo_compiling
 
-from ..jit import JitRequest, cache_once
-from . import reference
-from .argerrors import named_error
-from .fallback import kernel_or_reference
-
-__all__ = ["compare_key", "specializations"]
+from ..jit import JitSpec, cache_once
+from .registry import register_op
 
 
-def compare_key_request() -> JitRequest:
-    """The build of the host module (plain C++, no CUDA needed)."""
-    return JitRequest.make("compare_key", cpp_files=["radix/compare_key.h"],
-                           cpp_wrappers=[("compare_key", "compare_key")])
+def compare_key_spec() -> JitSpec:
+    """The host module (plain C++, no CUDA needed)."""
+    return JitSpec.make("compare_key", cpp_files=["radix/compare_key.h"], cpp_wrappers=[("compare_key", "compare_key")])
 
 
 @cache_once
-def _compare_key_fn():
-    return kernel_or_reference("compare_key", lambda: compare_key_request().load().compare_key,
-                               reference.compare_key)
+def _module():
+    return compare_key_spec().build_and_load()
 
 
+def _fake(a: torch.Tensor, b: torch.Tensor) -> int:
+    # A data-dependent int that later code may use in shapes (tokens[:n]).
+    n = torch.library.get_ctx().new_dynamic_size()
+    torch._check(n <= a.shape[0])
+    torch._check(n <= b.shape[0])
+    return n
+
+
+@register_op(fake=_fake, specializations=lambda **_: [compare_key_spec()])
 def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
-    """The number of leading positions where the 1-d int32 CPU tensors ``a`` and ``b`` hold the
-    same token (compared up to the shorter length)."""
-    if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
-        return torch.ops.kernkit.compare_key(a, b)
-    try:
-        return _compare_key_fn()(a, b)
-    except (TypeError, RuntimeError) as e:  # what tvm-ffi could not name (a non-tensor, a meta tensor)
-        err = named_error(e, (("a", a), ("b", b)), (("a", a), ("b", b)))
-        if err is e:
-            raise
-        raise err from e
+    """The number of leading positions where two token sequences agree.
 
+    Parameters
+    ----------
+    a, b
+        1-d contiguous int32 CPU tensors; compared up to the shorter length.
 
-def specializations() -> list[JitRequest]:
-    """The one build ``compare_key`` needs, for ahead-of-time compilation."""
-    return [compare_key_request()]
+    Returns
+    -------
+    int
+        The first index where they differ, or the shorter length.
+
+    Example
+    -------
+    >>> compare_key(torch.tensor([5, 6, 7], dtype=torch.int32), torch.tensor([5, 6, 0], dtype=torch.int32))
+    2
+    """
+    return _module().compare_key(a, b)

@@ -1,0 +1,279 @@
+"""Backends: how a specialization's units become ``lib.so``.
+
+``nvcc`` compiles the CUDA unit for one GPU architecture; ``emu`` compiles the same unit with the
+host compiler against kernkit's CPU emulator, so CPU tensors run the same templates. Units made
+of ``cpp_files`` alone always use the host compiler. A backend says which compilers it needs
+(found without running them), which of its flags decide the output (they go into the cache
+key), and how to build in a directory; ``BACKENDS`` is the one place where backends plug in.
+
+The build is a ``build.ninja`` of kernkit's own rather than ``tvm_ffi.cpp.build``: that helper
+takes the CUDA target from a process-wide variable or ``nvidia-smi`` and keeps the command line
+to itself, while a kernkit build needs a per-build target, the emulator mode, a directory it
+controls and the exact command for error reports. tvm-ffi still supplies the include and
+library paths and the loader. Header dependencies come from the compilers themselves
+(``-MMD``), collected by ninja (``deps = gcc``) and read back with ``ninja -t deps``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm_ffi.libinfo
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+#: kernkit's C++ headers (``#include <kernkit/...>``).
+INCLUDE_DIR = PACKAGE_ROOT / "include"
+#: The shipped kernel templates; relative file names given to ``load_jit`` resolve here.
+KERNELS_DIR = PACKAGE_ROOT / "kernels"
+LIB_NAME = "lib.so"
+
+#: Host C++ units (``cpp_files``).
+CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")
+#: nvcc's ``-O`` sets the host code's level only (the PTX and cubin of ``-O1`` and ``-O3`` are
+#: byte-identical); ``-O1`` saves about a second of gcc per unit (docs/performance.md).
+NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr")
+#: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
+#: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
+EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
+             "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h")
+
+
+class ToolchainError(RuntimeError):
+    """A compiler or header set that a build needs cannot be found or run."""
+
+
+class CompileError(RuntimeError):
+    """A specialization failed to compile or link.
+
+    Attributes: ``spec`` (its title), ``source`` (the generated unit that failed), ``command``
+    (the compiler command line), ``errors`` (the first error lines) and ``log`` (all output).
+    """
+
+    def __init__(self, spec: str, source: str, command: str, errors: list[str], log: str) -> None:
+        self.spec, self.source, self.command, self.errors, self.log = spec, source, command, errors, log
+        text = "\n".join(errors) if errors else log.strip()[-4000:]
+        body = "\n".join("    " + line for line in text.splitlines())
+        super().__init__(f"kernkit failed to build {spec}\n  source:  {source}\n  command: {command}\n"
+                         f"  errors:\n{body}")
+
+
+def find_cuda_home() -> Path | None:
+    """``$CUDA_HOME`` (or ``$CUDA_PATH``), else the toolkit around ``nvcc`` on PATH, else
+    ``/usr/local/cuda`` if it holds nvcc; None when there is no toolkit."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return Path(home)
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        home = Path(nvcc).resolve().parent.parent
+        if (home / "include" / "cuda_runtime.h").is_file():  # not a wrapper script elsewhere
+            return home
+    default = Path("/usr/local/cuda")
+    return default if (default / "bin" / "nvcc").exists() else None
+
+
+def find_cxx() -> str:
+    """The host C++ compiler: ``$CXX``, else ``c++``/``g++``/``clang++`` on PATH."""
+    candidates = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
+    for name in candidates:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise ToolchainError(f"no host C++ compiler found (tried {', '.join(candidates)}); install one or set CXX")
+
+
+def _cuda_home(what: str) -> Path:
+    home = find_cuda_home()
+    if home is None or not (home / "include" / "cuda_runtime.h").is_file():
+        where = f"CUDA_HOME={home}" if home else "CUDA_HOME is not set and nvcc is not on PATH"
+        raise ToolchainError(f"{what} needs the CUDA toolkit ({where}); install it and set CUDA_HOME to its root "
+                             "(the folder that holds bin/nvcc), e.g. CUDA_HOME=/usr/local/cuda")
+    return home
+
+
+def stamp(path: str) -> list:
+    """``[real path, size, mtime_ns]`` of a compiler binary: the identity a build records, so that
+    a later load can tell a changed compiler without running it."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return [real, st.st_size, st.st_mtime_ns]
+
+
+_versions: dict[tuple, str] = {}
+
+
+def version(path: str) -> str:
+    """The release line(s) of ``path --version``, asked once per binary per process (builds only)."""
+    key = tuple(stamp(path))
+    if key not in _versions:
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+        except (OSError, subprocess.SubprocessError) as e:
+            raise ToolchainError(f"cannot run '{path} --version': {e}") from e
+        lines = [line.strip() for line in out.splitlines() if line.strip()]
+        # nvcc names its release on later lines; gcc and clang on the first.
+        release = [line for line in lines if "release" in line or line.startswith("Build ")]
+        _versions[key] = " | ".join(release) if release else (lines[0] if lines else "unknown")
+    return _versions[key]
+
+
+def _quote(args: list[str]) -> str:
+    return " ".join(shlex.quote(a).replace("$", "$$") for a in args)
+
+
+class Backend:
+    """How the CUDA unit of a spec is compiled and linked. Subclasses set ``name``, ``flags``
+    (fixed flags, part of the cache key) and ``unit`` (the generated file's name), and say which
+    compilers they need and which extra compile and link arguments they add."""
+
+    name = ""
+    flags: tuple[str, ...] = ()
+    unit = ""
+
+    def compilers(self) -> list[str]:
+        """Paths of the compilers a build needs (the host compiler first); found, never run.
+        Raises ``ToolchainError``."""
+        return [find_cxx()]
+
+    def command(self, spec, compilers: list[str]) -> list[str]:
+        """The CUDA unit's compile command, without ``-c $in -o $out`` and dependency flags."""
+        raise NotImplementedError
+
+    def link_flags(self, spec) -> list[str]:
+        return []
+
+    def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
+        """Compile and link ``lib.so`` in ``build_dir``; return the headers the units read.
+        Raises ``CompileError``."""
+        write_ninja(self, spec, compilers, build_dir)
+        log = run_ninja(build_dir, spec.title)
+        (build_dir / "build.log").write_text(log)
+        return ninja_deps(build_dir)
+
+
+class Nvcc(Backend):
+    name = "nvcc"
+    flags = NVCC_FLAGS
+    unit = "kernel.cu"
+
+    def compilers(self) -> list[str]:
+        nvcc = _cuda_home("the nvcc backend") / "bin" / "nvcc"
+        if not nvcc.is_file():
+            raise ToolchainError(f"nvcc not found at {nvcc}; set CUDA_HOME to the CUDA toolkit's root")
+        return [find_cxx(), str(nvcc)]
+
+    def command(self, spec, compilers: list[str]) -> list[str]:
+        return [compilers[1], *NVCC_FLAGS, *spec.arch.nvcc_flags, *includes(cuda=True), *spec.extra_cuda_cflags]
+
+    def link_flags(self, spec) -> list[str]:
+        lib64 = _cuda_home("the nvcc backend") / "lib64"
+        return [f"-L{lib64}", "-lcudart", f"-Wl,-rpath,{lib64}"]
+
+
+class Emu(Backend):
+    name = "emu"
+    flags = EMU_FLAGS
+    unit = "kernel_emu.cc"
+
+    def compilers(self) -> list[str]:
+        _cuda_home("the CPU emulator (it compiles against CUDA's headers)")
+        return [find_cxx()]
+
+    def command(self, spec, compilers: list[str]) -> list[str]:
+        return [compilers[0], *EMU_FLAGS, *includes(cuda=True), *spec.extra_cflags]
+
+    def link_flags(self, spec) -> list[str]:
+        return ["-pthread"]
+
+
+#: The backends by name; ``nvcc`` is the default for CUDA tensors.
+BACKENDS: dict[str, Backend] = {b.name: b for b in (Nvcc(), Emu())}
+DEFAULT_BACKEND = "nvcc"
+#: What a spec without CUDA units builds with.
+HOST = Backend()
+
+
+def includes(cuda: bool) -> list[str]:
+    """kernkit's directories (``-I``: their headers are tracked as dependencies) and the third
+    party ones (``-isystem``: covered by the tvm-ffi version and the compiler's identity)."""
+    args = [f"-I{INCLUDE_DIR}", f"-I{KERNELS_DIR}"]
+    system = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
+    if cuda:
+        home = _cuda_home("a CUDA unit")
+        system += [str(home / "include"), str(home / "include" / "cccl")]
+    for d in dict.fromkeys(system):
+        args += ["-isystem", d]
+    return args
+
+
+def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -> None:
+    """Write the units and a ``build.ninja`` that compiles them (with dependency output) and links
+    ``lib.so``; ``ninja -C <dir>`` repeats the build by hand."""
+    user = [f"-I{p}" for p in spec.extra_include_paths]
+    rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
+    if spec.cuda_files:
+        rules["cuda"] = [*backend.command(spec, compilers), *user]
+    tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
+    link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
+    out = ["ninja_required_version = 1.3", ""]
+    for rule, cmd in rules.items():
+        out += [f"rule {rule}", f"  command = {_quote(cmd)} -MMD -MF $out.d -c $in -o $out", "  depfile = $out.d",
+                "  deps = gcc", ""]
+    out += ["rule link", f"  command = {_quote(compilers[:1])} -shared $in {_quote(link)} -o $out", ""]
+    objs = []
+    for name, text, rule in spec.units:
+        (build_dir / name).write_text(text)
+        out.append(f"build {name}.o: {rule} {name}")
+        objs.append(f"{name}.o")
+    out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
+    (build_dir / "build.ninja").write_text("\n".join(out))
+
+
+def _ninja() -> str:
+    try:
+        import ninja  # the PyPI package ships the binary
+
+        return str(Path(ninja.BIN_DIR) / "ninja")
+    except ImportError:
+        return "ninja"
+
+
+def run_ninja(build_dir: Path, title: str) -> str:
+    """Run the build; return its output, or raise ``CompileError`` naming the failed command."""
+    proc = subprocess.run([_ninja(), "-C", str(build_dir), "-v"], capture_output=True)
+    log = (proc.stdout + proc.stderr).decode(errors="replace")
+    if proc.returncode == 0:
+        return log
+    (build_dir / "build.log").write_text(log)
+    lines = log.splitlines()
+    command, source, body = "", str(build_dir / "build.ninja"), lines
+    for i, line in enumerate(lines):
+        if line.startswith("FAILED:"):
+            objects = [t for t in line.split() if t.endswith(".o")]  # "FAILED: [code=1] kernel.cu.o"
+            command = lines[i + 1] if i + 1 < len(lines) else ""
+            body = lines[i + 2:]
+            if objects:
+                source = str(build_dir / objects[0][:-2])
+            break
+    body = [ln for ln in body if not ln.startswith("ninja: ")]
+    errors = [ln for ln in body if re.search(r"\berror\b", ln, re.I)][:20]
+    raise CompileError(title, source, command, errors or body[:20], log)
+
+
+def ninja_deps(build_dir: Path) -> list[Path]:
+    """The headers the compilers reported reading (``ninja -t deps``), outside ``build_dir``."""
+    out = subprocess.run([_ninja(), "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
+                         check=True).stdout
+    found = []
+    for line in out.splitlines():
+        if line.startswith((" ", "\t")) and line.strip():
+            path = Path(os.path.normpath(build_dir / line.strip()))
+            if build_dir not in path.parents:
+                found.append(path)
+    return sorted(set(found))

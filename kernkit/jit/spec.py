@@ -1,0 +1,394 @@
+"""``JitSpec``: one specialization of kernel templates, its cache key, and the one path that
+builds it when needed and loads it (``build_and_load``); ``load_jit`` is that path as a call."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import torch
+import tvm_ffi
+
+from .._version import __version__
+from . import cache
+from .arch import CudaArch, target_arch
+from .backends import (BACKENDS, CXX_FLAGS, DEFAULT_BACKEND, HOST, KERNELS_DIR, LIB_NAME, Backend, CompileError,
+                       ToolchainError, stamp, version)
+from .config import JIT_VAR, emu_sanitizers, jit_enabled
+
+logger = logging.getLogger("kernkit.jit")
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
+
+
+class JitDisabledError(RuntimeError):
+    """``KERNKIT_JIT=off`` and the requested specialization is not in the cache."""
+
+
+class CaptureCompileError(RuntimeError):
+    """A specialization that is not built was requested while the current CUDA stream captures a
+    graph: kernkit never compiles inside a capture."""
+
+
+def _strings(value: object, what: str) -> tuple[str, ...]:
+    if isinstance(value, (str, os.PathLike)):
+        return (str(value),)
+    try:
+        return tuple(str(v) for v in value)  # type: ignore[union-attr]
+    except TypeError:
+        raise TypeError(f"load_jit: {what} must be a sequence of strings, got {value!r}") from None
+
+
+def _source(name: str) -> str:
+    """An absolute path stays; a relative one is taken under ``kernkit/kernels/``."""
+    path = Path(name)
+    resolved = path if path.is_absolute() else KERNELS_DIR / path
+    if not resolved.is_file():
+        where = "" if path.is_absolute() else f" (relative names are looked up in {KERNELS_DIR})"
+        raise FileNotFoundError(f"kernel source {name!r} not found{where}")
+    return str(resolved)
+
+
+def _wrappers(wrappers: object, what: str) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for item in wrappers:  # type: ignore[union-attr]
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise TypeError(f"{what}: each wrapper is (export_name, 'symbol<args>'), got {item!r}")
+        name, symbol = item[0], item[1].strip()
+        if not _IDENT.fullmatch(name):
+            raise ValueError(f"{what}: export name {name!r} is not a C identifier")
+        if name in (n for n, _ in out):
+            raise ValueError(f"{what}: export name {name!r} given twice")
+        if not symbol or any(c in symbol for c in ";\n{}"):
+            raise ValueError(f"{what}: {symbol!r} is not a function or static member function name")
+        out.append((name, symbol))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """One specialization: what it is built from, for which backend and architecture.
+
+    Make one with ``JitSpec.make`` (the arguments of ``load_jit``), which checks and normalizes
+    them; the spec is then immutable and hashable, so ops can list the specializations a model
+    needs (ahead-of-time builds) and load them. ``key`` is its cache key.
+
+    Example
+    -------
+    >>> from kernkit.jit import JitSpec, make_cpp_args
+    >>> args = make_cpp_args(torch.bfloat16, True)
+    >>> spec = JitSpec.make("scale", *args, cuda_files=["elementwise/scale.cuh"],
+    ...                     cuda_wrappers=[("scale", f"scale<{args}>")])
+    >>> spec.title
+    'scale<bf16_t, true>'
+    >>> module = spec.build_and_load()  # doctest: +SKIP
+    """
+
+    name: str
+    template_args: tuple[str, ...]
+    cuda_files: tuple[str, ...]
+    cpp_files: tuple[str, ...]
+    cuda_wrappers: tuple[tuple[str, str], ...]
+    cpp_wrappers: tuple[tuple[str, str], ...]
+    extra_cflags: tuple[str, ...]
+    extra_cuda_cflags: tuple[str, ...]
+    extra_ldflags: tuple[str, ...]
+    extra_include_paths: tuple[str, ...]
+    #: The backend of the CUDA unit (``nvcc``, ``emu``); None without ``cuda_files``.
+    backend: str | None
+    #: nvcc's target architecture; None for the other backends.
+    arch: CudaArch | None
+
+    @classmethod
+    def make(
+        cls,
+        *marker: object,
+        cuda_files: Sequence[str] = (),
+        cpp_files: Sequence[str] = (),
+        cuda_wrappers: Sequence[tuple[str, str]] = (),
+        cpp_wrappers: Sequence[tuple[str, str]] = (),
+        extra_cflags: Sequence[str] = (),
+        extra_cuda_cflags: Sequence[str] = (),
+        extra_ldflags: Sequence[str] = (),
+        extra_include_paths: Sequence[str] = (),
+        backend: str | None = None,
+        arch: CudaArch | str | None = None,
+    ) -> JitSpec:
+        """Check and normalize a specialization's description; compiles nothing.
+
+        Parameters
+        ----------
+        marker
+            The kernel's name, then its template arguments (usually ``*make_cpp_args(...)``);
+            together they name the specialization and its cache directory.
+        cuda_files, cpp_files
+            Headers included into the generated CUDA and C++ units: relative names resolve under
+            ``kernkit/kernels/``, absolute paths are used as given.
+        cuda_wrappers, cpp_wrappers
+            ``(export_name, "symbol<args>")`` pairs, each a function of the loaded module,
+            exported inside ``namespace kernkit``.
+        extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths
+            More flags for the host compiler, for nvcc, for the linker, and include directories
+            whose headers are tracked like kernkit's.
+        backend
+            ``"nvcc"`` (the default: a GPU build) or ``"emu"`` (the CPU emulator, for CPU
+            tensors). Ignored without ``cuda_files``.
+        arch
+            nvcc's target, e.g. ``"9.0"``; default: the visible GPU, else ``$KERNKIT_CUDA_ARCH``.
+
+        Returns
+        -------
+        JitSpec
+            The frozen spec. Raises ``TypeError``/``ValueError``/``FileNotFoundError`` for a bad
+            description and ``ArchError`` when nvcc's target cannot be chosen.
+        """
+        if not marker:
+            raise ValueError("load_jit: give at least one marker (the kernel's name)")
+        name, *args = (str(m) for m in marker)
+        cuda = tuple(_source(f) for f in _strings(cuda_files, "cuda_files"))
+        cpp = tuple(_source(f) for f in _strings(cpp_files, "cpp_files"))
+        cuda_w, cpp_w = _wrappers(cuda_wrappers, "cuda_wrappers"), _wrappers(cpp_wrappers, "cpp_wrappers")
+        clash = {n for n, _ in cuda_w} & {n for n, _ in cpp_w}
+        if clash:
+            raise ValueError(f"load_jit: export names {sorted(clash)} appear in both cuda_wrappers and cpp_wrappers")
+        if not cuda_w and not cpp_w:
+            raise ValueError("load_jit: no wrappers given, so the module would export nothing")
+        if bool(cuda_w) != bool(cuda) or bool(cpp_w) != bool(cpp):
+            raise ValueError("load_jit: cuda_wrappers need cuda_files and cpp_wrappers need cpp_files, and the "
+                             "other way round")
+        cflags, ldflags = _strings(extra_cflags, "extra_cflags"), _strings(extra_ldflags, "extra_ldflags")
+        if not cuda:
+            backend = arch = None
+        else:
+            backend = backend or DEFAULT_BACKEND
+            if backend not in BACKENDS:
+                raise ValueError(f"load_jit: backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+            if backend == "nvcc":
+                arch = CudaArch.parse(arch) if isinstance(arch, str) else (arch or target_arch())
+            else:
+                arch = None
+            if backend == "emu" and emu_sanitizers():  # KERNKIT_EMU_SANITIZE: part of the key
+                san = (f"-fsanitize={','.join(emu_sanitizers())}", "-fno-omit-frame-pointer", "-g")
+                cflags, ldflags = cflags + san, ldflags + san
+        return cls(name, tuple(args), cuda, cpp, cuda_w, cpp_w, cflags,
+                   _strings(extra_cuda_cflags, "extra_cuda_cflags") if backend == "nvcc" else (), ldflags,
+                   tuple(str(Path(p).resolve()) for p in _strings(extra_include_paths, "extra_include_paths")),
+                   backend, arch)
+
+    @property
+    def title(self) -> str:
+        """``name<args>``, e.g. ``scale<bf16_t, true>``."""
+        return self.name + (f"<{', '.join(self.template_args)}>" if self.template_args else "")
+
+    @property
+    def _backend(self) -> Backend:
+        return BACKENDS[self.backend] if self.backend else HOST
+
+    @cached_property
+    def units(self) -> tuple[tuple[str, str, str], ...]:
+        """The generated translation units as ``(file name, text, ninja rule)``."""
+        units = []
+        if self.cuda_files:
+            units.append((self._backend.unit, _render(self.title, self.cuda_files, self.cuda_wrappers), "cuda"))
+        if self.cpp_files:
+            units.append(("host.cc", _render(self.title, self.cpp_files, self.cpp_wrappers), "cxx"))
+        return tuple(units)
+
+    @cached_property
+    def key(self) -> str:
+        """SHA-256 (hex) of everything the spec says that decides the build: layout, kernkit and
+        tvm-ffi versions, backend and its fixed flags, architecture, units, every flag. What the
+        build reads besides (headers, compilers) is checked against its record instead."""
+        material = [cache.LAYOUT, __version__, tvm_ffi.__version__, self.backend, self._backend.flags,
+                    CXX_FLAGS if self.cpp_files else (), str(self.arch), self.units, self.extra_cflags,
+                    self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths]
+        return hashlib.sha256(json.dumps(material).encode()).hexdigest()
+
+    @property
+    def key_dir(self) -> Path:
+        """Where this key's builds live: ``<cache>/v1/<name>/<args>-<key16>``."""
+        variant = (_SAFE.sub("_", "_".join(self.template_args)).strip("_") or "default")[:80]
+        return cache.root() / _SAFE.sub("_", self.name)[:80] / f"{variant}-{self.key[:16]}"
+
+    def build(self) -> Path:
+        """The path of this specialization's library, compiling it first when the cache has no
+        current build. Loads nothing (``warmup`` uses this).
+
+        A hit starts no subprocess: it reads the key's ``meta.json`` records and compares the
+        headers' and compilers' stats. A miss compiles under the key's file lock, in a private
+        staging directory, and publishes the build atomically.
+
+        Raises
+        ------
+        JitDisabledError
+            ``KERNKIT_JIT=off`` and no build is cached.
+        CaptureCompileError
+            No build is cached and the current CUDA stream is capturing a graph.
+        ToolchainError
+            No build is cached and a compiler (or CUDA's headers) is missing.
+        CompileError
+            The compiler failed; the build is kept under ``.failed/`` for inspection.
+        CacheDirError
+            The cache directory cannot be written (read-only, full).
+        """
+        backend, missing = self._backend, None
+        try:
+            compilers = backend.compilers()
+            stamps = [stamp(c) for c in compilers]
+        except (ToolchainError, OSError) as e:
+            compilers, stamps, missing = None, None, e
+        # Without the JIT or a compiler, any toolchain's current build will do.
+        lib = cache.find(self.key_dir, stamps if jit_enabled() else None)
+        if lib is not None:
+            return lib
+        where = f"{self.title} ({self.backend or 'c++'}{f', sm_{self.arch.sm}' if self.arch else ''}, key " \
+                f"{self.key[:16]})"
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise CaptureCompileError(
+                f"{where} is not built and the current CUDA stream is capturing a graph: kernkit does not "
+                "compile inside a capture. Run the op once with the same dtypes and shapes before capturing, "
+                "or build it ahead of time with `python -m kernkit.jit warmup`")
+        if not jit_enabled():
+            raise JitDisabledError(
+                f"{JIT_VAR}=off and {where} is not in the cache {cache.root()}; build it ahead of time on a "
+                f"machine with the compilers (same cache directory, `python -m kernkit.jit warmup`), or unset "
+                f"{JIT_VAR}")
+        if compilers is None:
+            raise ToolchainError(f"cannot build {where}: {missing}. Or build it ahead of time on a machine that "
+                                 "has the toolchain (`python -m kernkit.jit warmup`, same cache directory)")
+        lock = cache.lock(self.key)
+        try:
+            lock.acquire()
+        except OSError as e:
+            raise cache.dir_problem(cache.root(), "take the build lock", e) from e
+        try:
+            lib = cache.find(self.key_dir, stamps)  # built by another process meanwhile?
+            return lib if lib is not None else self._compile(backend, compilers)
+        finally:
+            lock.release()
+
+    def _compile(self, backend: Backend, compilers: list[str]) -> Path:
+        staging = cache.staging_dir(self.key)
+        start = time.perf_counter()
+        try:
+            headers = backend.build(self, compilers, staging)
+            deps = [cache.file_record(h) for h in headers]
+            tools = [{"path": c, "stamp": stamp(c), "version": version(c)} for c in compilers]
+        except CompileError as e:
+            full = next((ln for ln in e.log.splitlines() if "No space left" in ln or "quota exceeded" in ln), "")
+            if full:  # a kept failure would hold on to the little space left
+                cache.discard(staging)
+                raise cache.dir_problem(cache.root(), f"build {self.title}", OSError(errno.ENOSPC, full)) from e
+            kept = cache.keep_failed(staging, cache.root() / ".failed" / f"{self.key_dir.parent.name}-{self.key[:16]}")
+            old, new = str(staging), str(kept)
+            raise CompileError(e.spec, e.source.replace(old, new), e.command.replace(old, new), e.errors,
+                               e.log) from None
+        except OSError as e:  # writing the units, the log or reading back a header
+            cache.discard(staging)
+            raise cache.dir_problem(cache.root(), f"build {self.title}", e) from e
+        except BaseException:
+            cache.discard(staging)
+            raise
+        seconds = time.perf_counter() - start
+        meta = {"title": self.title, "backend": self.backend, "arch": str(self.arch) if self.arch else None,
+                "key": self.key, "kernkit": __version__, "tvm_ffi": tvm_ffi.__version__, "deps": deps,
+                "compilers": tools, "built_at": time.time(), "build_seconds": round(seconds, 3),
+                "host": socket.gethostname()}
+        build_id = hashlib.sha256(json.dumps([[d[0], d[-1]] for d in deps] + [t["stamp"] for t in tools])
+                                  .encode()).hexdigest()[:12]
+        try:
+            final = cache.publish(staging, self.key_dir / build_id, meta)
+        except cache.CacheDirError:
+            cache.discard(staging)
+            raise
+        _announce(f"kernkit: compiled {self.title} ({self.backend or 'c++'}"
+                  f"{f', sm_{self.arch.sm}' if self.arch else ''}) in {seconds:.1f} s")
+        return final / LIB_NAME
+
+    def build_and_load(self) -> tvm_ffi.Module:
+        """The loaded module, built first when needed (see ``build`` for what it raises).
+
+        A library that fails to load although it matches its record by stat is hashed; when it
+        differs it is discarded with a ``RuntimeWarning`` and rebuilt once."""
+        lib = self.build()
+        try:
+            return tvm_ffi.load_module(str(lib))
+        except Exception as e:
+            try:
+                intact = cache.sha256(lib) == json.loads((lib.parent / "meta.json").read_bytes())["lib"]["sha256"]
+            except (OSError, ValueError, KeyError, TypeError):
+                intact = False
+            if intact:
+                raise
+            warnings.warn(f"kernkit: discarding a damaged cache entry and rebuilding: {lib} failed to load and "
+                          f"differs from its build record ({e})", RuntimeWarning, stacklevel=2)
+            cache.discard(lib.parent)
+            return tvm_ffi.load_module(str(self.build()))
+
+
+def _render(title: str, files: Sequence[str], wrappers: Sequence[tuple[str, str]]) -> str:
+    """One translation unit: the files, then one ``TVM_FFI_DLL_EXPORT_TYPED_FUNC`` per wrapper,
+    inside ``namespace kernkit`` so that symbols need no prefix. Shipped kernels are included by
+    their name under ``kernels/``, so the text (hence the key) does not depend on where kernkit
+    is installed."""
+    lines = [f"// Generated by kernkit.jit for {title}. Do not edit: rebuilt from the sources below.",
+             "#include <tvm/ffi/function.h>", ""]
+    for f in files:
+        path = Path(f)
+        lines.append(f'#include "{path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else f}"')
+    lines += ["", "namespace kernkit {"]
+    # Parenthesized, so template argument lists with commas stay one macro argument.
+    lines += [f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({name}, ({symbol}));" for name, symbol in wrappers]
+    lines += ["}  // namespace kernkit", ""]
+    return "\n".join(lines)
+
+
+def _announce(message: str) -> None:
+    """One line per compile on stderr, through the ``kernkit.jit`` logger: configure that logger
+    (a handler, or a level above INFO to silence it) to change where it goes."""
+    if not logger.handlers:
+        logger.addHandler(logging.StreamHandler(sys.stderr))
+        logger.propagate = False
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.INFO)
+    logger.info(message)
+
+
+def load_jit(*marker: object, **options: object) -> tvm_ffi.Module:
+    """Build (or find in the cache) and load one specialization of kernel templates:
+    ``JitSpec.make(*marker, **options).build_and_load()``.
+
+    Parameters
+    ----------
+    marker, options
+        As for ``JitSpec.make``: the kernel's name and template arguments, then ``cuda_files``,
+        ``cpp_files``, ``cuda_wrappers``, ``cpp_wrappers``, ``extra_*``, ``backend``, ``arch``.
+
+    Returns
+    -------
+    tvm_ffi.Module
+        A module with one function per wrapper, taking torch tensors directly.
+
+    Example
+    -------
+    >>> @cache_once
+    ... def _module(dtype):
+    ...     args = make_cpp_args(dtype, is_arch_support_pdl())
+    ...     return load_jit("scale", *args, cuda_files=["elementwise/scale.cuh"],
+    ...                     cuda_wrappers=[("scale", f"scale<{args}>")])
+    >>> _module(torch.float16).scale(out, x, 2.0)  # doctest: +SKIP
+    """
+    return JitSpec.make(*marker, **options).build_and_load()  # type: ignore[arg-type]

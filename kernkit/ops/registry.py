@@ -1,0 +1,215 @@
+"""``register_op``: the one decorator that makes a function a kernkit op.
+
+It registers ``torch.ops.<namespace>.<name>`` (``torch.library`` define/impl, cheaper per call
+than ``custom_op``), so ``torch.compile`` and ``torch.export`` see one node per call; the plain
+function routes to it while traced (``torch.compiler.is_compiling()``) and runs the kernel
+directly otherwise. An op with a keyword-only ``out=None`` gets two custom ops: ``name`` (returns
+a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). Ops are not
+differentiable (autograd falls through: outputs do not require grad) and mutating ones bump the
+version counters of what they write, as torch's in-place ops do.
+
+When a call fails before its launcher could name the argument (a non-tensor where a tensor is
+expected, a tensor on a device tvm-ffi cannot take, a string as a float), the decorator checks
+the arguments against the function's annotations and raises an error that names the argument.
+This runs only after a failure: the per-call path is one ``is_compiling()`` and one call.
+
+The op's ``specializations(**model_shape)`` is kept too: ``python -m kernkit.jit warmup`` builds
+them for every registered op (a user's own included: import its module, or pass ``--import``),
+and ``available(op, **model_shape)`` tells whether they load here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from ..jit import ArchError, CacheDirError, CompileError, JitDisabledError, JitSpec, ToolchainError
+
+__all__ = ["Op", "available", "register_op", "registered_ops"]
+
+logger = logging.getLogger("kernkit.ops")
+
+
+@dataclass(frozen=True)
+class Op:
+    """A registered op: its qualified name, the public function, and what it needs built."""
+
+    qualname: str
+    fn: Callable
+    specializations: Callable[..., Iterable[JitSpec]] | None
+
+    @property
+    def name(self) -> str:
+        return self.qualname.split("::")[1]
+
+
+_ops: dict[str, Op] = {}
+_libraries: dict[str, torch.library.Library] = {}
+
+
+def registered_ops() -> list[Op]:
+    """Every op registered in this process, in registration order."""
+    return list(_ops.values())
+
+
+def _define(qualname: str, impl: Callable, params: list[inspect.Parameter], returns: object,
+            mutates: tuple[str, ...], fake: Callable) -> Callable:
+    """Define one custom op from a parameter list; returns its ``OpOverloadPacket``."""
+    namespace, name = qualname.split("::")
+    def proto(*args, **kwargs):  # what infer_schema reads: the op's signature
+        pass
+
+    proto.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    lib = _libraries.get(namespace) or _libraries.setdefault(namespace, torch.library.Library(namespace, "FRAGMENT"))
+    lib.define(name + torch.library.infer_schema(proto, mutates_args=mutates))
+    lib.impl(name, impl, "CompositeExplicitAutograd")
+    lib.impl(name, torch.library.fallthrough_kernel, "Autograd")
+    torch.library.register_fake(qualname, fake, lib=lib)
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = (), fake: Callable | None = None,
+                specializations: Callable[..., Iterable[JitSpec]] | None = None) -> Callable[[Callable], Callable]:
+    """Make the decorated function a kernkit op.
+
+    Parameters
+    ----------
+    qualname
+        ``"namespace::name"``; default ``kernkit::<function name>``. Give your own namespace
+        for ops outside kernkit.
+    mutates_args
+        The parameters the op writes in place (besides ``out``).
+    fake
+        For an op that returns something: computes the result's shape, dtype and device from
+        fake tensors (``torch.compile``); with ``out=None`` it is the allocation of ``out``.
+    specializations
+        ``(**model_shape) -> [JitSpec, ...]``: what the op needs built for a model shape
+        (keyword arguments such as ``dtypes``, ``num_heads``, ``head_dim``, ``hidden_size``,
+        ``backend``), for ``warmup`` and ``available``.
+
+    Returns
+    -------
+    The decorator; it returns the public function.
+
+    Example
+    -------
+    >>> @register_op(fake=lambda src, factor: torch.empty_like(src))
+    ... def scale(src: torch.Tensor, factor: float, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    ...     out = torch.empty_like(src) if out is None else out
+    ...     _module(src.dtype, src.is_cuda).scale(out, src, factor)
+    ...     return out
+    """
+
+    def decorate(fn: Callable) -> Callable:
+        name = qualname or f"kernkit::{fn.__name__}"
+        if name in _ops:
+            raise ValueError(f"register_op: {name} is registered already")
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(fn)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
+        returns = None if hints.get("return") is type(None) else hints.get("return")
+        rest = [p for p in params if p.name != "out"]
+        if len(rest) == len(params):
+            op = _define(name, fn, params, returns, mutates_args, fake or (lambda *a, **k: None))
+
+            def traced(*args, **kwargs):
+                return op(*args, **kwargs)
+        else:
+            if fake is None:
+                raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
+            functional = _define(name, fn, rest, returns, mutates_args, fake)
+
+            def out_impl(out, *args, **kwargs):
+                fn(*args, out=out, **kwargs)
+
+            out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
+            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"),
+                             lambda *a, **k: None)
+
+            def traced(*args, **kwargs):
+                out = kwargs.pop("out", None)
+                if out is None:
+                    return functional(*args, **kwargs)
+                out_op(out, *args, **kwargs)
+                return out
+
+        is_compiling = torch.compiler.is_compiling
+
+        @functools.wraps(fn)
+        def op_fn(*args, **kwargs):
+            if is_compiling():
+                return traced(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except (AttributeError, IndexError, TypeError, RuntimeError, ValueError) as e:
+                named = _argument_error(sig, hints, args, kwargs)
+                if named is None:
+                    raise
+                raise named from e
+
+        _ops[name] = Op(name, op_fn, specializations)
+        return op_fn
+
+    return decorate
+
+
+_DEVICES = ("cuda", "cpu")
+
+
+def _argument_error(sig: inspect.Signature, hints: dict, args: tuple, kwargs: dict) -> Exception | None:
+    """After a failed call: an error naming the first argument that does not match its
+    annotation (a tensor on a device kernkit supports, a float, an int), or None."""
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return None  # Python's own message already names what is missing or extra
+    for name, value in bound.arguments.items():
+        hint = hints.get(name)
+        if value is None and type(None) in typing.get_args(hint):
+            continue
+        want = next((t for t in (torch.Tensor, float, int) if hint is t or t in typing.get_args(hint)), None)
+        if want is torch.Tensor:
+            if not isinstance(value, torch.Tensor):
+                return TypeError(f"'{name}': expected a tensor, got {type(value).__name__}")
+            if value.device.type not in _DEVICES:
+                return ValueError(f"'{name}': expected a cuda or cpu tensor, got a {value.device.type} tensor")
+        elif want is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return TypeError(f"'{name}': expected a float, got {type(value).__name__}")
+        elif want is int and (isinstance(value, bool) or not isinstance(value, int)):
+            return TypeError(f"'{name}': expected an int, got {type(value).__name__}")
+    return None
+
+
+def available(op: str, **model_shape: object) -> bool:
+    """Whether every specialization ``op`` needs for ``model_shape`` loads here, building what is
+    missing (never inside a CUDA-graph capture). A caller that has a fallback of its own asks this
+    once instead of catching errors per call; why not is logged at WARNING.
+
+    Parameters
+    ----------
+    op
+        ``"store_cache"`` or ``"namespace::name"``.
+    model_shape
+        The keyword arguments of the op's ``specializations`` (e.g. ``dtypes``, ``num_heads``).
+
+    Example
+    -------
+    >>> if not available("store_cache", dtypes=[torch.bfloat16], num_heads=8, head_dim=128):
+    ...     store = my_torch_store  # doctest: +SKIP
+    """
+    entry = _ops.get(op if "::" in op else f"kernkit::{op}")
+    if entry is None or entry.specializations is None:
+        raise ValueError(f"available: {op!r} is not a registered op with specializations")
+    try:
+        for spec in entry.specializations(**model_shape):
+            spec.build_and_load()
+    except (ArchError, CacheDirError, CompileError, JitDisabledError, ToolchainError) as e:
+        logger.warning("kernkit: %s is not available here: %s", op, e)
+        return False
+    return True

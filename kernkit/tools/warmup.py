@@ -1,206 +1,204 @@
-"""Ahead-of-time builds: collect the specializations a model shape needs and compile them in
-parallel, so that a deployment can run with ``KERNKIT_JIT=off``.
+"""Build, ahead of time, the specializations a model shape needs, so that a deployment can run
+with KERNKIT_JIT=off (no compiler at run time; same KERNKIT_CACHE_DIR, compilers and target
+architecture).
 
-Each op module of ``kernkit.ops`` has ``specializations(...)``, which returns the
-``JitRequest`` list for given shape options. ``collect`` calls it with the options it accepts;
-``build_all`` builds the requests on a thread pool (the compilers are subprocesses, so threads
-run them in parallel).
+Each registered op says what it needs through its specializations(**model_shape); warmup calls
+it with the options it takes: --dtype, --backend, and --set NAME=VALUE for the rest of the shape
+(ints and floats are parsed). Without OP names every registered op is considered, and those
+whose required options are not given are skipped and listed; a named op that lacks one is an
+error. --import MODULE imports your own op module first, so that its ops register. The builds
+run in parallel (--jobs, default: the number of cores).
+
+examples:
+  python -m kernkit.jit warmup scale --dtype bf16 fp16
+  python -m kernkit.jit warmup store_cache --dtype bf16 --set num_heads=8 head_dim=128
+  python -m kernkit.jit warmup --dtype bf16 --set num_heads=8 head_dim=128 hidden_size=4096
+  python -m kernkit.jit warmup --import my_ops my_ns::my_op --set block=256 --list
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import json
+import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from .core import JitRequest
+import torch
+from tqdm import tqdm
 
-#: Op modules of ``kernkit.ops`` with their ops; ``warmup`` accepts either name.
-OP_MODULES: dict[str, tuple[str, ...]] = {
-    "elementwise": ("scale",),
-    "kvcache": ("store_cache",),
-    "embedding": ("indexing",),
-    "radix": ("compare_key",),
-}
+from ..jit import JitSpec
 
-#: Op modules whose eager calls find their specialization through the C++ dispatch table
-#: (``kernkit/ops/dispatch.py``): warming one of them up builds that table's module too, so that
-#: a ``KERNKIT_JIT=off`` process dispatches in C++ as well.
-DISPATCHED = ("kvcache", "embedding")
+_DTYPES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
+           "fp64": "float64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
 
-
-#: Command-line flag of each ``specializations`` parameter (others: ``--set name=value``).
-FLAGS: dict[str, str] = {
-    "dtypes": "--dtype",
-    "num_heads": "--num-heads",
-    "head_dim": "--head-dim",
-    "hidden_size": "--hidden-size",
-    "backend": "--backend",
-}
+#: The flags that give the ``specializations`` parameters other than the model shape's.
+_FLAGS = {"dtypes": "--dtype", "backend": "--backend"}
 
 
 class WarmupError(ValueError):
-    """The warmup options do not describe a set of builds."""
+    """The options do not describe a set of builds: an unknown op or dtype, a missing option."""
 
 
-def resolve_op(name: str) -> str:
-    """The op module named by ``name``, which may be the module (``kvcache``) or one of its ops
-    (``store_cache``)."""
-    if name in OP_MODULES:
-        return name
-    for module, ops in OP_MODULES.items():
-        if name in ops:
-            return module
-    known = sorted(set(OP_MODULES) | {op for ops in OP_MODULES.values() for op in ops})
-    raise WarmupError(f"unknown op {name!r}; known: {', '.join(known)}")
+def parse_dtype(name: str) -> torch.dtype:
+    """``fp16``, ``bf16``, ``fp32``, ``fp8_e4m3``... or a torch name (``bfloat16``,
+    ``torch.int32``) as a ``torch.dtype``; raises ``WarmupError`` for an unknown name."""
+    key = name.strip().lower().removeprefix("torch.")
+    dtype = getattr(torch, _DTYPES.get(key, key), None)
+    if not isinstance(dtype, torch.dtype):
+        raise WarmupError(f"unknown dtype {name!r} (e.g. fp16, bf16, fp32, fp8_e4m3, int32)")
+    return dtype
 
 
-def load_function(target: str) -> Callable[..., Iterable[JitRequest]]:
-    """``package.module:function`` -> the function (a user's own ``specializations``)."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise WarmupError(f"--spec expects 'module:function', got {target!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise WarmupError(f"--spec {target}: cannot import {module_name}: {e}") from e
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise WarmupError(f"--spec {target}: {module_name} has no {attr!r}") from None
+def parse_shape(items: Sequence[str]) -> dict[str, object]:
+    """``["num_heads=8", ...]`` as ``{"num_heads": 8, ...}``: ints and floats parsed, other
+    values kept as strings; raises ``WarmupError`` for an item without ``=``."""
+    shape: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise WarmupError(f"--set expects NAME=VALUE, got {item!r}")
+        for kind in (int, float, str):
+            try:
+                shape[name.strip().replace("-", "_")] = kind(text.strip())
+                break
+            except ValueError:
+                pass
+    return shape
 
 
-def call_with(fn: Callable[..., Iterable[JitRequest]], options: Mapping[str, object], label: str) -> list[JitRequest]:
-    """Call ``fn`` with the ``options`` its signature accepts. A required parameter without an
-    option raises ``WarmupError`` naming the command-line flag to give."""
-    sig = inspect.signature(fn)
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
-    kwargs = {k: v for k, v in options.items() if takes_any or k in sig.parameters}
-    missing = [
-        name for name, p in sig.parameters.items()
-        if p.default is inspect.Parameter.empty and name not in kwargs
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    ]
+def _specializations(op, options: Mapping[str, object]) -> list[JitSpec]:
+    """Call ``op.specializations`` with the options its signature takes; a required parameter
+    that is not given raises ``WarmupError`` naming its flag."""
+    params = inspect.signature(op.specializations).parameters.values()
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    kwargs = {k: v for k, v in options.items() if takes_any or k in {p.name for p in params}}
+    missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs
+               and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if missing:
-        flags = ", ".join(FLAGS.get(m, "--" + m.replace("_", "-")) for m in missing)
-        raise WarmupError(f"{label} needs {flags}")
-    requests = list(fn(**kwargs))
-    bad = [r for r in requests if not isinstance(r, JitRequest)]
-    if bad:
-        raise WarmupError(f"{label} returned {type(bad[0]).__name__}, expected kernkit.jit.JitRequest items")
-    return requests
+        raise WarmupError("missing " + ", ".join(_FLAGS.get(m, f"--set {m}=VALUE") for m in missing))
+    return list(op.specializations(**kwargs))
 
 
-@dataclass
-class Collected:
-    """The requests to build, and the op modules skipped for want of shape options."""
+def collect(names: Sequence[str], options: Mapping[str, object]) -> tuple[list[JitSpec], list[str]]:
+    """The specializations of registered ops for a model shape.
 
-    requests: list[JitRequest] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    Parameters
+    ----------
+    names
+        Op names (``scale`` or ``kernkit::scale``); empty for every registered op, kernkit's and
+        those of the modules imported so far.
+    options
+        Keyword arguments of the ops' ``specializations``: ``dtypes``, ``backend`` and the model
+        shape (``num_heads``...); each op gets those its signature takes.
 
+    Returns
+    -------
+    ``(specs, skipped)``: the distinct specs in op order, and one line per op of the default
+    set that was left out (an option missing, or its ``specializations`` raised). For a named
+    op these, and an unknown name, raise ``WarmupError``.
+    """
+    import kernkit.ops  # registers kernkit's own ops
 
-def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, object]) -> Collected:
-    """The unique requests of the named ops (all op modules when neither ``ops`` nor ``specs``
-    is given) and of the ``module:function`` specs. With the default set, an op module whose
-    required options are missing is skipped and reported; a named one raises."""
-    out = Collected()
-    dispatched = False
-    named = [resolve_op(o) for o in ops]
-    modules = list(dict.fromkeys(named)) if (named or specs) else list(OP_MODULES)
-    for module in modules:
-        try:
-            fn = getattr(importlib.import_module(f"kernkit.ops.{module}"), "specializations", None)
-        except ImportError as e:
-            if module in named:
-                raise WarmupError(f"cannot import kernkit.ops.{module}: {e}") from e
-            out.skipped.append(f"{module}: not importable ({e})")
-            continue
-        if fn is None:
-            if module in named:
-                raise WarmupError(f"kernkit.ops.{module} has no specializations()")
-            out.skipped.append(f"{module}: no specializations()")
+    ops = [op for op in kernkit.ops.registered_ops() if op.specializations is not None]
+    for name in names:
+        if not any(name in (op.qualname, op.name) for op in ops):
+            raise WarmupError(f"unknown op {name!r}; registered: {', '.join(op.qualname for op in ops)}")
+    specs: list[JitSpec] = []
+    skipped: list[str] = []
+    for op in ops:
+        if names and op.qualname not in names and op.name not in names:
             continue
         try:
-            out.requests += call_with(fn, options, module)
-            dispatched = dispatched or module in DISPATCHED
-        except WarmupError as e:
-            if module in named:
-                raise
-            out.skipped.append(str(e))
-        except Exception as e:  # e.g. a dtype the op does not support, no target architecture
-            if module in named:
-                raise WarmupError(f"{module}: {e}") from e
-            out.skipped.append(f"{module}: {e}")
-    if dispatched:
-        from ..ops.dispatch import dispatch_request
-
-        out.requests.append(dispatch_request())
-    for target in specs:
-        try:
-            out.requests += call_with(load_function(target), options, target)
-        except WarmupError:
-            raise
-        except Exception as e:
-            raise WarmupError(f"{target}: {type(e).__name__}: {e}") from e
-    out.requests = list(dict.fromkeys(out.requests))
-    return out
+            specs += _specializations(op, options)
+        except Exception as e:  # a missing option, a dtype the op does not take, no target arch
+            if names:
+                raise WarmupError(f"{op.qualname}: {e}") from e
+            skipped.append(f"{op.qualname}: {e}")
+    return list(dict.fromkeys(specs)), skipped
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one request: ``built``, ``cached`` or ``failed`` (with the error)."""
-
-    request: JitRequest
-    status: str
-    seconds: float
-    error: str = ""
+def _only_warnings(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
-def _built_since(lib_path: Path, start: float) -> bool:
-    """Whether the build record next to ``lib_path`` is newer than ``start`` (built by this run,
-    or by another process meanwhile) rather than found in the cache."""
+def _build(spec: JitSpec, start: float) -> tuple[str, str]:
     try:
-        meta = json.loads((Path(lib_path).parent / "meta.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return float(meta.get("built_at", 0.0)) >= start
+        lib = spec.build()
+        built_at = json.loads((lib.parent / "meta.json").read_bytes()).get("built_at", 0)
+    except Exception as e:  # reported per spec; the others still build
+        return "failed", f"{type(e).__name__}: {e}"
+    return ("built" if built_at >= start else "cached"), ""
 
 
-def build_one(request: JitRequest, start: float) -> Outcome:
-    t0 = time.perf_counter()
-    try:
-        path = request.build()
-    except Exception as e:  # reported per request; the others still build
-        return Outcome(request, "failed", time.perf_counter() - t0, f"{type(e).__name__}: {e}")
-    status = "built" if _built_since(path, start) else "cached"
-    return Outcome(request, status, time.perf_counter() - t0)
+def build_all(specs: Sequence[JitSpec], jobs: int | None = None, progress: bool = True) -> list[tuple[str, str]]:
+    """Build every spec into the cache; nothing is loaded.
 
+    Parameters
+    ----------
+    specs
+        What to build.
+    jobs
+        Builds at once; default: the number of cores.
+    progress
+        Show a progress bar (on stderr).
 
-def build_all(
-    requests: Sequence[JitRequest],
-    jobs: int | None = None,
-    progress: bool = True,
-) -> list[Outcome]:
-    """Build every request (in the disk cache, nothing loaded) with ``jobs`` parallel builds
-    (default: the number of cores), showing a progress bar unless ``progress`` is false."""
-    from tqdm import tqdm
-
+    Returns
+    -------
+    ``(status, error)`` per spec, in order: ``built`` (by this call, or by another process
+    meanwhile), ``cached`` or ``failed`` with the error's text.
+    """
     start = time.time()
-    jobs = max(1, jobs or os.cpu_count() or 1)
-    outcomes: list[Outcome] = []
-    with tqdm(total=len(requests), desc="warmup", unit="build", disable=not progress) as bar:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(build_one, r, start) for r in requests]
-            for future in as_completed(futures):
-                outcome = future.result()
-                outcomes.append(outcome)
-                bar.set_postfix_str(f"{outcome.status} {outcome.request.title}", refresh=False)
-                bar.update(1)
-    order = {r: i for i, r in enumerate(requests)}
-    return sorted(outcomes, key=lambda o: order[o.request])
+    # Each thread runs JitSpec.build, the same locked build-and-publish path as an op's first
+    # call: a key another thread or process is building is waited for and found, never built
+    # twice. The compilers are subprocesses, so threads build in parallel.
+    #
+    # The progress bar replaces the JIT layer's line per compile. A filter rather than a level:
+    # that logger's INFO level is set by its first compile, and restoring NOTSET would leave the
+    # process's later compiles silent.
+    jit_log = logging.getLogger("kernkit.jit")
+    jit_log.addFilter(_only_warnings)
+    try:
+        with ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)) as pool:
+            futures = [pool.submit(_build, spec, start) for spec in specs]
+            with tqdm(total=len(futures), desc="warmup", unit="build", disable=not progress) as bar:
+                for _ in as_completed(futures):
+                    bar.update(1)
+        return [f.result() for f in futures]
+    finally:
+        jit_log.removeFilter(_only_warnings)
+
+
+def describe(spec: JitSpec) -> str:
+    """``scale<bf16_t, true>  [nvcc sm_90a]``, ``compare_key  [c++]``: a spec and its backend."""
+    return f"{spec.title}  [{spec.backend or 'c++'}{f' sm_{spec.arch.sm}' if spec.arch else ''}]"
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``warmup`` subcommand; returns 1 when a build failed, else 0."""
+    for module in args.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise WarmupError(f"--import {module}: {e}") from e
+    options = {**({"dtypes": [parse_dtype(d) for d in args.dtype]} if args.dtype else {}), **parse_shape(args.shape)}
+    if args.backend:
+        options["backend"] = args.backend
+    specs, skipped = collect(args.ops, options)
+    for line in skipped:
+        print(f"skipped {line}")
+    if args.list:
+        for spec in specs:
+            print(describe(spec))
+        return 0
+    results = build_all(specs, args.jobs, progress=not args.quiet)
+    for spec, (status, error) in zip(specs, results):
+        if status == "failed":
+            print(f"FAILED {describe(spec)}:\n    " + "\n    ".join(error.splitlines()[:8]))
+    counts = [sum(status == s for status, _ in results) for s in ("built", "cached", "failed")]
+    print("{} specializations: {} built, {} already cached, {} failed".format(len(results), *counts))
+    return 1 if counts[2] else 0

@@ -98,3 +98,25 @@ def test_traced_by_torch_compile_without_graph_break():
     compiled = torch.compile(fn, fullgraph=True, backend="eager")
     x = torch.ones(4)
     assert torch.equal(compiled(x), x * 2.0)
+
+
+def test_a_cold_key_inside_torch_compile_is_a_graph_break_not_an_error():
+    """Without fullgraph a miss (a module that still has to be loaded) runs eagerly between two
+    graphs; kwargs keys included."""
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    @cache_once
+    def factor(dtype, *, extra=0.0):
+        calls.append(dtype)
+        time.sleep(0.01)  # a load takes time; the lock is held meanwhile
+        return 2.0 + extra
+
+    def fn(x):
+        return (x + 1) * factor(x.dtype, extra=1.0) - 1
+
+    compiled = torch.compile(fn, backend="eager")
+    x = torch.ones(4)
+    assert torch.equal(compiled(x), (x + 1) * 3.0 - 1)
+    assert torch.equal(compiled(x), (x + 1) * 3.0 - 1)
+    assert calls == [torch.float32]

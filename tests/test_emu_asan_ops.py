@@ -23,30 +23,32 @@ pytestmark = pytest.mark.slow
 CSRC = Path(__file__).resolve().parent / "csrc"
 
 _PLANTED_REQUEST = f"""
-from kernkit.jit import JitRequest
-PLANTED = JitRequest.make(
+from kernkit.jit import JitSpec
+PLANTED = JitSpec.make(
     "unchecked_scatter", "float", cuda_files=[{str(CSRC / 'unchecked_scatter.cuh')!r}],
-    cuda_wrappers=[("scatter", "UncheckedScatter<float>::run")], backend="cpu")
+    cuda_wrappers=[("scatter", "UncheckedScatter<float>::run")], backend="emu")
 """
 
 # Compile every sanitized build the runs below load, in parallel and without the ASan runtime
-# preloaded into the compilers. The ops' requests are the ones they load for these shapes; a
+# preloaded into the compilers. The ops' specs are the ones they load for these shapes; a
 # mismatch only costs a build later.
 BUILD = _PLANTED_REQUEST + """
+import torch
 from concurrent.futures import ThreadPoolExecutor
-from kernkit.ops import embedding, kvcache
-reqs = [kvcache.store_request(2, 1152, False, "cpu"),
-        embedding.indexing_request(2, 1152, False, "cpu"), PLANTED]
-with ThreadPoolExecutor(len(reqs)) as pool:
-    print([p.name for p in pool.map(lambda r: r.build(), reqs)])
+from kernkit.ops.embedding import indexing_spec
+from kernkit.ops.kvcache import store_spec
+specs = [store_spec(torch.bfloat16, (1, 576), "emu"), indexing_spec(torch.bfloat16, 576, "emu"), PLANTED]
+with ThreadPoolExecutor(len(specs)) as pool:
+    print([p.name for p in pool.map(lambda s: s.build(), specs)])
 """
 
-OPS = """
+OPS = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import torch
+import reference
 from kernkit import ops
-from kernkit.ops import fallback, kvcache, reference
 
-assert fallback.cpu_backend() == "cpu", fallback.cpu_backend()
 gen = torch.Generator().manual_seed(0)
 
 def rand_rows(rows, elems):
@@ -95,7 +97,7 @@ print("OPS-UNDER-ASAN-OK")
 SCATTER = _PLANTED_REQUEST + """
 import sys
 import torch
-mod = PLANTED.load()
+mod = PLANTED.build_and_load()
 dst = torch.zeros(1000)  # 4000 bytes, exactly
 idx = torch.tensor([int(a) for a in sys.argv[1:]], dtype=torch.int64)
 mod.scatter(dst, torch.arange(1, idx.shape[0] + 1, dtype=torch.float32), idx)
@@ -121,7 +123,7 @@ def asan(tmp_path_factory):
     if libasan is None:
         pytest.skip("the host compiler has no AddressSanitizer runtime (libasan.so)")
     cache = tmp_path_factory.mktemp("asan-cache")
-    env = dict(os.environ, KERNKIT_EMU_SANITIZE="1", KERNKIT_CACHE_DIR=str(cache), KERNKIT_CPU_OPS="emu",
+    env = dict(os.environ, KERNKIT_EMU_SANITIZE="1", KERNKIT_CACHE_DIR=str(cache),
                KERNKIT_EMU_SEED="0")
     env.pop("LD_PRELOAD", None)
 

@@ -1,5 +1,5 @@
-"""indexing on CPU tensors (the CPU emulation backend, or the torch reference where it is
-missing), compared byte for byte with the torch reference and with F.embedding."""
+"""indexing on CPU tensors (the kernel through the CPU emulator), compared byte for byte with the
+torch reference and with F.embedding; argument errors name the argument and write nothing."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import reference
 from kernkit import ops
-from kernkit.ops import reference
+from kernkit.ops.embedding import indexing_spec
 from rowdata import rand_rows, same_bytes
 
 VOCAB = 50
@@ -100,10 +101,6 @@ def test_bad_arguments_name_the_argument_and_write_nothing(role, exc, make):
     with pytest.raises(exc, match=f"'{role}'"):
         ops.indexing(**args)
     assert not args["out"].float().any()
-    # The reference checks the same things.
-    start, length = args["vocab_range"] or (0, args["weight"].shape[0])
-    with pytest.raises(exc, match=f"'{role}'"):
-        reference.indexing(args["out"], args["weight"], args["ids"], start, length)
 
 
 def test_three_d_weight_is_refused():
@@ -111,6 +108,6 @@ def test_three_d_weight_is_refused():
         ops.indexing(torch.zeros(4, 2, 8), torch.arange(2))
 
 
-def test_specializations_describe_builds():
-    reqs = ops.embedding.specializations([torch.bfloat16, torch.float16], 1024, backend="cpu")
-    assert [r.marker for r in reqs] == [("indexing", "2", "2048", "16", "2", "false")]
+def test_one_specialization_per_element_size_and_row_bytes():
+    specs = {indexing_spec(d, 1024, "emu") for d in (torch.bfloat16, torch.float16)}
+    assert [s.title for s in specs] == ["indexing<2, 2048, 16, 2, false>"]

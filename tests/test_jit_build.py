@@ -1,5 +1,6 @@
-"""The build and the disk cache: real compiles of small modules, cache keys, warm loads in fresh
-processes without compilers, concurrent cold builds, compile errors and production mode."""
+"""The build and the disk cache: real compiles of small modules, cache keys, freshness against the
+headers the compiler read and the compiler itself, warm loads in fresh processes without
+compilers, concurrent cold builds, compile errors and production mode."""
 
 from __future__ import annotations
 
@@ -14,9 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernkit.jit import CompileError, JitDisabledError, load_jit, make_cpp_args
-from kernkit.jit import cache as jit_cache
-from kernkit.jit.core import ensure_built, make_spec
+from kernkit.jit import CacheDirError, CompileError, JitDisabledError, JitSpec, load_jit, make_cpp_args
 
 REPO = Path(__file__).resolve().parent.parent
 CSRC = REPO / "tests" / "csrc"
@@ -38,8 +37,8 @@ def _write_user_kernel(tmp: Path, offset: int = 1) -> Path:
     return src
 
 
-def _spec(src: Path):
-    return make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
+def _spec(src: Path, **options) -> JitSpec:
+    return JitSpec.make("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")], **options)
 
 
 def _run_python(code: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -49,30 +48,102 @@ def _run_python(code: str, env: dict[str, str], timeout: float = 300) -> subproc
     )
 
 
-def test_key_follows_header_content_not_mtime(tmp_path):
+@pytest.fixture
+def counting_cxx(tmp_path, monkeypatch):
+    """CXX is a wrapper around c++ that counts its compiles; returns a function giving the count."""
+    count = tmp_path / "compiles.txt"
+    wrapper = tmp_path / "counting-c++"
+    wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*) echo compile >> "{count}";; esac\nexec c++ "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    return lambda: len(count.read_text().splitlines()) if count.exists() else 0
+
+
+def _builds(cache: Path, name: str = "answer") -> list[Path]:
+    return sorted((cache / "v1" / name).glob("*/*/lib.so"))
+
+
+def test_key_covers_flags_backend_and_wrappers_but_not_header_content(tmp_path):
+    src = _write_user_kernel(tmp_path)
+    base = _spec(src).key
+    assert _spec(src).key == base and _spec(src) == _spec(src)
+    flagged = _spec(src, extra_cflags=["-O3"])
+    renamed = JitSpec.make("answer", cpp_files=[str(src)], cpp_wrappers=[("other", "answer")])
+    assert len({base, flagged.key, renamed.key}) == 3
+    (tmp_path / "dep.h").write_text("#pragma once\n#include <cstdint>\nconstexpr int64_t kOffset = 5;\n")
+    assert _spec(src).key == base, "headers are checked against the build's record, not hashed into the key"
+
+
+def test_header_edits_rebuild_and_touches_do_not(tmp_path, fresh_cache, counting_cxx):
     src = _write_user_kernel(tmp_path, offset=1)
-    key = jit_cache.key_material(_spec(src))
     dep = tmp_path / "dep.h"
+    assert load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")]).answer(1) == 2
+    assert counting_cxx() == 1
+    (record,) = [json.loads((lib.parent / "meta.json").read_text()) for lib in _builds(fresh_cache)]
+    assert sorted(Path(d[0]).name for d in record["deps"] if str(tmp_path) in d[0]) == ["answer.h", "dep.h"]
+    assert not any(d[0].endswith("host.cc") for d in record["deps"]), "the generated unit is in the key, not a dep"
+
     st = dep.stat()
     os.utime(dep, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
-    assert jit_cache.key_material(_spec(src)) == key, "an mtime change must not change the key"
-    dep.write_text(dep.read_text().replace("= 1;", "= 2;"))
-    assert jit_cache.key_material(_spec(src)) != key, "a content change of an included header must"
+    assert _spec(src).build_and_load().answer(1) == 2 and counting_cxx() == 1, "same bytes: no rebuild"
+
+    original = dep.read_text()
+    dep.write_text(original.replace("= 1;", "= 2;"))
+    assert _spec(src).build_and_load().answer(1) == 3 and counting_cxx() == 2
+    assert len(_builds(fresh_cache)) == 2, "both versions stay, each a build of its own"
+    dep.write_text(original)
+    assert _spec(src).build_and_load().answer(1) == 2 and counting_cxx() == 2, "back to the first build"
 
 
-def test_key_covers_flags_backend_and_wrappers(tmp_path):
-    src = _write_user_kernel(tmp_path)
-    base = jit_cache.key_material(_spec(src))
-    flagged = make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")], extra_cflags=["-O3"])
-    renamed = make_spec(("answer",), cpp_files=[str(src)], cpp_wrappers=[("other", "answer")])
-    assert len({base, jit_cache.key_material(flagged), jit_cache.key_material(renamed)}) == 3
+def test_an_edit_that_keeps_size_and_mtime_is_still_seen(tmp_path, fresh_cache, counting_cxx):
+    """cp -p / touch -r restore size and mtime, not the change time and inode."""
+    src = _write_user_kernel(tmp_path, offset=1)
+    dep = tmp_path / "dep.h"
+    assert _spec(src).build_and_load().answer(1) == 2
+    st = dep.stat()
+    dep.write_text(dep.read_text().replace("= 1;", "= 7;"))
+    os.utime(dep, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert dep.stat().st_size == st.st_size and dep.stat().st_mtime_ns == st.st_mtime_ns
+    _spec(src).build()
+    assert counting_cxx() == 2
+
+
+def test_a_changed_compiler_rebuilds_and_a_missing_one_loads_what_is_there(tmp_path, fresh_cache, counting_cxx,
+                                                                           monkeypatch):
+    src = _write_user_kernel(tmp_path, offset=1)
+    first = _spec(src).build()
+    other = tmp_path / "other-c++"
+    other.write_text(Path(os.environ["CXX"]).read_text() + "\n")  # another binary: another identity
+    other.chmod(0o755)
+    monkeypatch.setenv("CXX", str(other))
+    second = _spec(src).build()
+    assert counting_cxx() == 2 and second != first and len(_builds(fresh_cache)) == 2
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    assert _spec(src).build() in (first, second), "without a compiler any current build will do"
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    monkeypatch.setenv("CXX", str(other))
+    assert _spec(src).build() in (first, second)
+
+
+def test_a_lost_or_damaged_record_rebuilds(tmp_path, fresh_cache, counting_cxx):
+    src = _write_user_kernel(tmp_path, offset=1)
+    lib = _spec(src).build()
+    (lib.parent / "meta.json").write_text("{not json")
+    with pytest.warns(RuntimeWarning, match="discarding a damaged cache entry"):
+        lib = _spec(src).build()
+    assert counting_cxx() == 2
+    import shutil
+
+    shutil.rmtree(lib.parent)
+    _spec(src).build()
+    assert counting_cxx() == 3 and len(_builds(fresh_cache)) == 1
 
 
 def test_build_then_warm_load_in_a_fresh_process_without_any_compiler(tmp_path, fresh_cache):
     src = _write_user_kernel(tmp_path, offset=41)
     mod = load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
     assert mod.answer(1) == 42
-    published = list((fresh_cache / "v1" / "answer").glob("*/*/lib.so"))
+    published = _builds(fresh_cache)
     assert len(published) == 1
     meta = json.loads((published[0].parent / "meta.json").read_text())
     assert meta["title"] == "answer" and meta["lib"]["size"] == published[0].stat().st_size
@@ -83,14 +154,12 @@ def test_build_then_warm_load_in_a_fresh_process_without_any_compiler(tmp_path, 
     empty.mkdir()
     env = {**os.environ, "PATH": str(empty), "CUDA_HOME": str(tmp_path / "no-cuda"), "CXX": str(empty / "c++")}
     code = f"""
-        import subprocess, time
+        import subprocess
         def forbidden(*a, **k):
             raise AssertionError("the warm path started a subprocess: %r" % (a,))
         subprocess.Popen = forbidden
         from kernkit.jit import load_jit
-        t = time.perf_counter()
         mod = load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")])
-        print("LOAD_MS", (time.perf_counter() - t) * 1e3)
         print("RESULT", mod.answer(1))
     """
     proc = _run_python(code, env)
@@ -98,15 +167,9 @@ def test_build_then_warm_load_in_a_fresh_process_without_any_compiler(tmp_path, 
     assert "RESULT 42" in proc.stdout
 
 
-def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fresh_cache):
+def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fresh_cache, counting_cxx):
     src = _write_user_kernel(tmp_path, offset=7)
-    count = tmp_path / "compiles.txt"
-    wrapper = tmp_path / "counting-c++"
-    wrapper.write_text(
-        f'#!/bin/sh\ncase " $* " in *" -c "*) echo compile >> "{count}";; esac\nexec c++ "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    env = {**os.environ, "CXX": str(wrapper)}
+    env = dict(os.environ)
     code = f"""
         from kernkit.jit import load_jit
         mod = load_jit("answer", cpp_files=[{str(src)!r}], cpp_wrappers=[("answer", "answer")])
@@ -121,8 +184,8 @@ def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fr
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert all("OK" in o[0] for o in outs)
-    assert count.read_text().splitlines() == ["compile"]
-    assert len(list((fresh_cache / "v1" / "answer").glob("*/*/lib.so"))) == 1
+    assert counting_cxx() == 1
+    assert len(_builds(fresh_cache)) == 1
     assert not any((fresh_cache / "v1" / ".staging").iterdir())
 
 
@@ -139,12 +202,13 @@ def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_ca
     text = str(err)
     assert "broken<3>" in text and err.source in text and "undeclared_name" in text
     assert not (fresh_cache / "v1" / "broken").exists(), "a failed build must not be published"
+    assert err.source.startswith(str(fresh_cache / "v1" / ".failed")) and (Path(err.source).parent / "build.log").is_file()
 
 
 def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, monkeypatch):
     src = _write_user_kernel(tmp_path, offset=2)
     monkeypatch.setenv("KERNKIT_JIT", "off")
-    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(host, key [0-9a-f]{16}\) is not in the cache.*warmup"):
+    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(c\+\+, key [0-9a-f]{16}\) is not in the cache.*warmup"):
         load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
     assert not (fresh_cache / "v1" / "answer").exists()
     monkeypatch.delenv("KERNKIT_JIT")
@@ -165,8 +229,8 @@ def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, mo
 def test_damaged_library_is_detected_and_rebuilt_with_a_warning(tmp_path, fresh_cache):
     src = _write_user_kernel(tmp_path, offset=3)
     # Built but not loaded here: damaging a library this process has mapped would crash it.
-    ensure_built(_spec(src))
-    (lib,) = (fresh_cache / "v1" / "answer").glob("*/*/lib.so")
+    _spec(src).build()
+    (lib,) = _builds(fresh_cache)
     lib.write_bytes(lib.read_bytes()[: lib.stat().st_size // 2])
     proc = _run_python(
         f"""
@@ -192,7 +256,7 @@ def test_unwritable_cache_dir_names_the_directory_and_the_variable(tmp_path, mon
         (tmp_path / "ro").mkdir(mode=0o500)
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(target))
     src = _write_user_kernel(tmp_path, offset=9)
-    with pytest.raises(jit_cache.CacheDirError, match=rf"{target}.*KERNKIT_CACHE_DIR"):
+    with pytest.raises(CacheDirError, match=rf"{target}.*KERNKIT_CACHE_DIR"):
         load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
 
 

@@ -9,9 +9,9 @@ import os
 import pytest
 import torch
 
-from kernkit.jit import JitRequest, ToolchainError
-from kernkit.jit.toolchain import toolchain
-from kernkit.ops import embedding, kvcache
+from kernkit.jit import JitSpec
+from kernkit.ops.embedding import indexing_spec
+from kernkit.ops.kvcache import store_spec
 
 
 @pytest.fixture(autouse=True)
@@ -19,18 +19,14 @@ def sm90(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the GPU tests build for it")
     monkeypatch.setenv("KERNKIT_CUDA_ARCH", "9.0")
-    try:
-        toolchain(with_nvcc=True)
-    except ToolchainError as e:
-        pytest.skip(f"no nvcc here: {e}")
 
 
 def test_model_specializations_build_and_load():
-    reqs = kvcache.specializations(torch.bfloat16, 8, 128) + embedding.specializations(torch.bfloat16, 1024)
-    assert [r.marker[5] for r in reqs] == ["true", "true"]  # sm_90 launches with PDL
-    for req in reqs:
-        module = req.load()
-        assert callable(getattr(module, req.marker[0]))
+    specs = [store_spec(torch.bfloat16, (8, 128)), indexing_spec(torch.bfloat16, 1024)]
+    assert [s.template_args[4] for s in specs] == ["true", "true"]  # sm_90 launches with PDL
+    assert all(s.backend == "nvcc" and s.arch.sm == "90a" for s in specs)
+    for spec in specs:
+        assert callable(getattr(spec.build_and_load(), spec.name))
 
 
 def test_unusual_instantiations_build():
@@ -42,12 +38,9 @@ def test_unusual_instantiations_build():
         ("index_odd", "indexing<1, 7, 1, 4, true>"),
         ("index_fp32", "indexing<4, 4096, 16, 4, false>"),
     ]
-    req = JitRequest.make(
-        "row_kernels_compile_check",
-        cuda_files=["kvcache/store_kv.cuh", "embedding/indexing.cuh"],
-        cuda_wrappers=wrappers,
-    )
-    module = req.load()
+    spec = JitSpec.make("row_kernels_compile_check", cuda_files=["kvcache/store_kv.cuh", "embedding/indexing.cuh"],
+                        cuda_wrappers=wrappers)
+    module = spec.build_and_load()
     for name, _ in wrappers:
         assert callable(getattr(module, name))
-    assert os.path.isfile(req.build())
+    assert os.path.isfile(spec.build())

@@ -12,10 +12,9 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-import tvm_ffi
 
+import reference
 from kernkit import ops
-from kernkit.ops import elementwise, embedding, fallback, kvcache, reference
 from test_kernel_hashes import HASH_FILE, load_tool
 
 kh = load_tool()
@@ -40,15 +39,6 @@ def u8(t: torch.Tensor) -> torch.Tensor:
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(u8(a).contiguous(), u8(b).contiguous())
-
-
-def test_ops_take_the_emulator_path():
-    assert fallback.cpu_backend() == "cpu"
-    store = kvcache._store_fn(bf16, torch.Size([POOL, 1, 576]), False)
-    assert isinstance(store, tvm_ffi.Function) and store is not reference.store_cache
-    index = embedding._indexing_fn(bf16, torch.Size([300, 576]), False)
-    assert isinstance(index, tvm_ffi.Function) and index is not reference.indexing
-    assert isinstance(elementwise._scale_module(fp16, False), tvm_ffi.Module)
 
 
 # (dtype, row shape, index dtype, K/V slices of a fused QKV tensor)

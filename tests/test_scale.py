@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.jit import JitRequest
-from kernkit.ops import scale
-from kernkit.ops.elementwise import specializations
+from kernkit.jit import JitSpec
+from kernkit.ops import registered_ops, scale
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
@@ -55,9 +54,11 @@ def test_out_of_another_dtype_names_out():
         scale(torch.randn(8), 2.0, out=torch.empty(8, dtype=torch.float16))
 
 
-def test_out_of_another_size_names_the_dimension():
-    with pytest.raises(ValueError, match="num_elements"):
+def test_out_of_another_shape_names_out():
+    with pytest.raises(ValueError, match="'out'"):
         scale(torch.randn(8), 2.0, out=torch.empty(9))
+    with pytest.raises(ValueError, match="'out'"):
+        scale(torch.randn(2, 4), 2.0, out=torch.empty(4, 2))
 
 
 def test_strided_input_is_rejected_by_the_launcher():
@@ -67,8 +68,9 @@ def test_strided_input_is_rejected_by_the_launcher():
 
 
 def test_specializations_describe_the_builds():
-    reqs = specializations([torch.bfloat16, torch.float32, torch.bfloat16], backend="cpu")
-    assert [r.title for r in reqs] == ["scale<bf16_t, false>", "scale<fp32_t, false>"]
-    assert all(isinstance(r, JitRequest) for r in reqs)
+    specializations = next(op for op in registered_ops() if op.qualname == "kernkit::scale").specializations
+    specs = specializations(dtypes=[torch.bfloat16, torch.float32, torch.bfloat16], backend="emu")
+    assert [s.title for s in specs] == ["scale<bf16_t, false>", "scale<fp32_t, false>"]
+    assert all(isinstance(s, JitSpec) and s.backend == "emu" for s in specs)
     with pytest.raises(TypeError, match="unsupported dtype"):
-        specializations(torch.int8)
+        specializations(dtypes=[torch.int8])

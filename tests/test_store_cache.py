@@ -1,14 +1,14 @@
-"""store_cache on CPU tensors (the CPU emulation backend, or the torch reference where it is
-missing), compared byte for byte with the torch reference; argument errors name the argument
-and write nothing."""
+"""store_cache on CPU tensors (the kernel through the CPU emulator), compared byte for byte with
+the torch reference; argument errors name the argument and write nothing."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import reference
 from kernkit import ops
-from kernkit.ops import reference
+from kernkit.ops.kvcache import store_spec
 from rowdata import rand_rows, same_bytes
 
 POOL = 40
@@ -120,12 +120,10 @@ def _bad_cases():
 
 
 @pytest.mark.parametrize("role,exc,make", _bad_cases())
-@pytest.mark.parametrize("impl", ["op", "reference"])
-def test_bad_arguments_name_the_argument_and_write_nothing(role, exc, make, impl):
+def test_bad_arguments_name_the_argument_and_write_nothing(role, exc, make):
     args = make()
-    fn = ops.store_cache if impl == "op" else reference.store_cache
     with pytest.raises(exc, match=f"'{role}'"):
-        fn(**args)
+        ops.store_cache(**args)
     assert not args["k_cache"].any() and not args["v_cache"].any()
 
 
@@ -135,9 +133,8 @@ def test_unsupported_dtype():
         ops.store_cache(x, x, torch.arange(1), x[:1], x[:1])
 
 
-def test_specializations_describe_builds():
-    reqs = ops.kvcache.specializations([torch.bfloat16, torch.float16, torch.float8_e4m3fn], 8, 128, backend="cpu")
-    assert [r.marker for r in reqs] == [
-        ("store_cache", "2", "2048", "16", "2", "false", "false"),
-        ("store_cache", "1", "1024", "16", "2", "false", "false"),
-    ]
+def test_one_specialization_per_element_size_and_row_bytes():
+    """fp16 and bf16 rows of the same size share a build: the kernel moves bytes."""
+    specs = {store_spec(d, (8, 128), "emu") for d in (torch.bfloat16, torch.float16, torch.int16)}
+    assert [s.title for s in specs] == ["store_cache<2, 2048, 16, 2, false>"]
+    assert store_spec(torch.float8_e4m3fn, (8, 128), "emu").title == "store_cache<1, 1024, 16, 2, false>"

@@ -1,7 +1,7 @@
 """kernkit's ops inside PyTorch on the CPU: the torch.library custom ops (torch.ops.kernkit.*),
-torch.compile(fullgraph=True) of a module that calls them against eager, torch.library.opcheck
-of every op, the reference fallback when no kernel can be built and strict mode, and the refusal
-to compile while a CUDA graph is being captured."""
+torch.compile(fullgraph=True) and torch.export of a module that calls them against eager,
+torch.library.opcheck of every op, the error (never a silent fallback) when no kernel can be
+built, ``available``, and the refusal to compile while a CUDA graph is being captured."""
 
 from __future__ import annotations
 
@@ -11,18 +11,12 @@ import warnings
 import pytest
 import torch
 
+import reference
 from kernkit import ops
-from kernkit.jit import CaptureCompileError, CompileError, JitDisabledError, ToolchainError, core
-from kernkit.ops import elementwise, embedding, fallback, kvcache, radix, reference
+from kernkit.jit import CaptureCompileError, JitDisabledError, ToolchainError
+from kernkit.ops import elementwise, embedding, kvcache, radix
+from kernkit.ops.kvcache import store_spec
 from rowdata import rand_rows, same_bytes
-
-
-@pytest.fixture(scope="module")
-def emulated():
-    """These tests exercise the kernels (CPU emulator); the fallback tests need it resolved
-    before they turn compilation off."""
-    if fallback.cpu_backend() != "cpu":
-        pytest.skip("the CPU emulation backend does not build here (CPU ops use the torch reference)")
 
 
 class DecodeStep(torch.nn.Module):
@@ -55,7 +49,7 @@ def decode_inputs(step):
     return ids, slots, read
 
 
-def test_compiled_module_matches_eager(emulated):
+def test_compiled_module_matches_eager():
     """torch.compile(fullgraph=True) with the default backend (inductor): same outputs and the
     same KV pool, bit for bit, over several steps."""
     eager, compiled_mod = DecodeStep(), DecodeStep()
@@ -88,7 +82,7 @@ def calls_in(gm):
     return [t.overloadpacket if isinstance(t, torch._ops.OpOverload) else t for t in targets]
 
 
-def test_traced_calls_become_the_custom_ops(emulated):
+def test_traced_calls_become_the_custom_ops():
     """The public functions route to torch.ops.kernkit.* under Dynamo (one node each, no graph
     break), out= variants included, and the traced graph computes what eager does."""
     gen = torch.Generator().manual_seed(3)
@@ -100,7 +94,7 @@ def test_traced_calls_become_the_custom_ops(emulated):
 
     def fn(weight, ids, kv, qkv, slots):
         out = torch.empty(5, 256, dtype=torch.float16)
-        ops.indexing(weight, ids, out=out, vocab_range=(0, 30))
+        ops.indexing(weight, ids, vocab_range=(0, 30), out=out)
         scaled = torch.empty_like(out)
         ops.scale(out, 3.0, out=scaled)
         ops.store_cache(kv[:, 0], kv[:, 1], slots, qkv[:, 1], qkv[:, 2])
@@ -116,7 +110,7 @@ def test_traced_calls_become_the_custom_ops(emulated):
     assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1]) and same_bytes(kv, kv_eager)
 
 
-def test_compare_key_traces_as_a_data_dependent_int(emulated):
+def test_compare_key_traces_as_a_data_dependent_int():
     def fn(a, b, tokens):
         n = ops.compare_key(a, b)
         return tokens[:n] * 2
@@ -130,7 +124,7 @@ def test_compare_key_traces_as_a_data_dependent_int(emulated):
         assert torch.ops.kernkit.compare_key in calls_in(graphs[0])
 
 
-def test_explain_reports_no_graph_break(emulated):
+def test_explain_reports_no_graph_break():
     module = DecodeStep()
     explanation = torch._dynamo.explain(module)(*decode_inputs(0))
     assert explanation.graph_break_count == 0 and explanation.graph_count == 1
@@ -188,7 +182,7 @@ def compare_key_samples():
             (a, torch.tensor([], dtype=torch.int32)), (torch.tensor([7], dtype=torch.int32), a)]
 
 
-def test_opcheck_every_op(emulated):
+def test_opcheck_every_op():
     """torch.library.opcheck: schema (mutations declared), fake implementation, AOT dispatch with
     dynamic shapes, for several samples of every custom op."""
     checks = []
@@ -205,7 +199,7 @@ def test_opcheck_every_op(emulated):
         torch.library.opcheck(op, args)
 
 
-def test_custom_ops_compute_what_the_plain_functions_do(emulated):
+def test_custom_ops_compute_what_the_plain_functions_do():
     for kc, vc, idx, k, v in store_samples():
         kc2, vc2 = kc.clone(), vc.clone()
         torch.ops.kernkit.store_cache(kc, vc, idx, k, v)
@@ -235,110 +229,86 @@ def test_custom_ops_declare_their_mutations():
     assert schemas["compare_key"].endswith("-> SymInt")
 
 
-# --- the reference fallback and strict mode ---------------------------------------------------
+def test_torch_export_non_strict_routes_to_the_custom_ops():
+    """torch.export's default (non-strict) mode traces the plain functions with fake tensors:
+    they must become the custom ops, and the exported program computes what eager does."""
+    module, args = DecodeStep(), decode_inputs(1)
+    eager_mod = DecodeStep()
+    want = eager_mod(*args)
+    exported = torch.export.export(module, args)
+    targets = {n.target for n in exported.graph.nodes if n.op == "call_function"}
+    assert {t.name() for t in targets if isinstance(t, torch._ops.OpOverload) and t.namespace == "kernkit"} >= {
+        "kernkit::indexing", "kernkit::scale", "kernkit::store_cache"}, targets
+    got = exported.module()(*args)
+    for g, w in zip(got, want):
+        assert same_bytes(g, w)
 
 
-FACTORIES = (kvcache._store_fn, embedding._indexing_fn, elementwise._scale_module, radix._compare_key_fn)
+def test_mutating_custom_ops_bump_version_counters():
+    """As torch's in-place ops do: autograd refuses a saved tensor that store_cache overwrote."""
+    kc = torch.zeros(4, 8)
+    version = kc._version
+    torch.ops.kernkit.store_cache(kc, torch.zeros(4, 8), torch.tensor([1]), torch.ones(1, 8), torch.ones(1, 8))
+    assert kc._version > version and torch.equal(kc[1], torch.ones(8))
+    leaf = torch.zeros(4, 8, requires_grad=True)
+    saved = leaf * 1.0
+    loss = (saved * saved).sum()
+    torch.ops.kernkit.store_cache(saved, torch.zeros(4, 8), torch.tensor([1]), torch.ones(1, 8), torch.ones(1, 8))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+# --- no kernel here: an error that says what to do, never a silent fallback ------------------
+
+
+FACTORIES = (kvcache._module, embedding._module, elementwise._module, radix._module)
 
 
 @pytest.fixture
-def cold_factories(emulated, fresh_cache, monkeypatch):
-    """An empty cache, empty op factories (restored afterwards) and no fallback warned yet."""
+def cold(fresh_cache):
+    """An empty cache and empty op factories (restored afterwards)."""
     saved = [dict(f.cache) for f in FACTORIES]
     for f in FACTORIES:
         f.cache.clear()
-    monkeypatch.setattr(fallback, "_warned", set())
-    monkeypatch.delenv(fallback.STRICT_VAR, raising=False)
-    yield
+    yield fresh_cache
     for f, cache in zip(FACTORIES, saved):
         f.cache.clear()
         f.cache.update(cache)
 
 
-def run_every_op(gen):
-    """Each op once on fresh specializations (row sizes used nowhere else); checks results."""
-    kc, vc = rand_rows((10, 2, 13), torch.float16, gen), rand_rows((10, 2, 13), torch.float16, gen)
-    k, v = rand_rows((3, 2, 13), torch.float16, gen), rand_rows((3, 2, 13), torch.float16, gen)
-    idx = torch.tensor([9, -1, 2])
-    kc2, vc2 = kc.clone(), vc.clone()
-    ops.store_cache(kc, vc, idx, k, v)
-    reference.store_cache(kc2, vc2, idx, k, v)
-    assert same_bytes(kc, kc2) and same_bytes(vc, vc2)
-    weight = rand_rows((11, 19), torch.float16, gen)
-    ids = torch.tensor([0, 10, 11, -2])
-    want = torch.empty(4, 19, dtype=torch.float16)
-    reference.indexing(want, weight, ids, 0, 11)
-    assert same_bytes(ops.indexing(weight, ids), want)
-    x = torch.randn(9, generator=gen).half()
-    assert torch.equal(ops.scale(x, 1.25), (x.float() * 1.25).half())
-    a = torch.tensor([1, 2, 3], dtype=torch.int32)
-    assert ops.compare_key(a, torch.tensor([1, 2, 4], dtype=torch.int32)) == 2
-
-
-def fallback_warnings(record):
-    return [str(w.message) for w in record if issubclass(w.category, RuntimeWarning) and "reference" in str(w.message)]
-
-
-def test_jit_off_with_a_cold_cache_warns_once_per_op_and_uses_the_reference(cold_factories, monkeypatch):
-    monkeypatch.setenv("KERNKIT_JIT", "off")
-    gen = torch.Generator().manual_seed(21)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run_every_op(gen)
-        run_every_op(gen)  # same specializations: the factories are cached, nothing new
-        # Another store_cache specialization: decided again, but not warned again.
-        kc = torch.zeros(4, 7, dtype=torch.float32)
-        ops.store_cache(kc, kc.clone(), torch.tensor([1]), torch.ones(1, 7), torch.ones(1, 7))
-        assert torch.equal(kc[1], torch.ones(7))
-    messages = fallback_warnings(record)
-    assert sorted(m.split(":")[1].strip() for m in messages) == ["compare_key", "indexing", "scale", "store_cache"]
-    assert all("KERNKIT_JIT=off" in m and "KERNKIT_STRICT=1" in m for m in messages)
-
-
-def test_no_compiler_warns_and_uses_the_reference(cold_factories, monkeypatch, tmp_path):
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    gen = torch.Generator().manual_seed(22)
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        run_every_op(gen)
-    messages = fallback_warnings(record)
-    assert len(messages) == 4 and all("no compiler" in m and "no-such-compiler" in m for m in messages)
-
-
-@pytest.mark.parametrize("cause", ["jit-off", "no-compiler"])
-def test_strict_mode_raises_instead(cold_factories, monkeypatch, tmp_path, cause):
-    monkeypatch.setenv(fallback.STRICT_VAR, "1")
-    if cause == "jit-off":
-        monkeypatch.setenv("KERNKIT_JIT", "off")
-        error = JitDisabledError
-    else:
-        monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-        error = ToolchainError
+def every_op_fails(error, *needles):
     kc = torch.zeros(6, 2, 13, dtype=torch.float16)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # and no warning on the way
-        with pytest.raises(error):
-            ops.store_cache(kc, kc.clone(), torch.tensor([0]), torch.ones(1, 2, 13).half(), torch.ones(1, 2, 13).half())
-        with pytest.raises(error):
-            ops.indexing(torch.ones(5, 19).half(), torch.tensor([1]))
-        with pytest.raises(error):
-            ops.scale(torch.ones(3).half(), 2.0)
-        with pytest.raises(error):
-            ops.compare_key(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int32))
+    calls = [lambda: ops.store_cache(kc, kc.clone(), torch.tensor([0]), torch.ones(1, 2, 13).half(),
+                                     torch.ones(1, 2, 13).half()),
+             lambda: ops.indexing(torch.ones(5, 19).half(), torch.tensor([1])),
+             lambda: ops.scale(torch.ones(3).half(), 2.0),
+             lambda: ops.compare_key(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int32))]
+    for call, title in zip(calls, ("store_cache<2, 52,", "indexing<2, 38,", "scale<fp16_t, false>", "compare_key")):
+        with pytest.raises(error) as info:
+            call()
+        assert title in str(info.value) and all(n in str(info.value) for n in needles), str(info.value)
     assert not kc.any()
 
 
-def test_compile_errors_and_capture_errors_are_never_hidden():
-    def broken():
-        raise CompileError("k<1>", "kernel.cu", "nvcc ...", ["error: boom"], "")
+def test_jit_off_with_a_cold_cache_names_the_specialization(cold, monkeypatch):
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    every_op_fails(JitDisabledError, "KERNKIT_JIT=off", "python -m kernkit.jit warmup")
 
-    def capturing():
-        raise CaptureCompileError("k<1> is not compiled")
 
-    with pytest.raises(CompileError, match="boom"):
-        fallback.kernel_or_reference("op", broken, None)
-    with pytest.raises(CaptureCompileError):
-        fallback.kernel_or_reference("op", capturing, None)
+def test_no_compiler_names_the_specialization_and_what_to_do(cold, monkeypatch, tmp_path):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    every_op_fails(ToolchainError, "no-such-compiler", "install one or set CXX", "warmup")
+
+
+def test_available_says_whether_an_op_can_run_here(cold, monkeypatch, caplog):
+    shape = dict(dtypes=[torch.float16], num_heads=2, head_dim=21, backend="emu")
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    assert not ops.available("store_cache", **shape)
+    assert "store_cache is not available here" in caplog.text and "KERNKIT_JIT=off" in caplog.text
+    monkeypatch.delenv("KERNKIT_JIT")
+    assert ops.available("store_cache", **shape) and ops.available("kernkit::compare_key")
+    with pytest.raises(ValueError, match="not a registered op"):
+        ops.available("no_such_op")
 
 
 # --- no compiling while a CUDA graph is captured ----------------------------------------------
@@ -352,32 +322,26 @@ def capturing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
 
 
-def test_cold_key_during_capture_raises_before_compiling(emulated, fresh_cache, monkeypatch, capturing):
-    monkeypatch.setenv("KERNKIT_JIT", "off")  # the capture error comes first, and is not a fallback
-    req = kvcache.store_request(2, 2 * 29, False, "cpu")
+def test_cold_key_during_capture_raises_before_compiling(cold, monkeypatch, capturing):
+    monkeypatch.setenv("KERNKIT_JIT", "off")  # the capture error comes first
+    spec = store_spec(torch.float16, (29,), "emu")
     with pytest.raises(CaptureCompileError, match=r"store_cache<2, 58, .*capturing a graph.*python -m kernkit.jit warmup"):
-        req.load()
+        spec.build_and_load()
     kc = torch.zeros(5, 29, dtype=torch.float16)
-    with pytest.raises(CaptureCompileError, match="Warm it up first"):
+    with pytest.raises(CaptureCompileError, match="before capturing"):
         ops.store_cache(kc, kc.clone(), torch.tensor([0]), torch.ones(1, 29).half(), torch.ones(1, 29).half())
-    assert not any(fresh_cache.rglob("lib.so"))
-    kvcache._store_fn.cache.pop((torch.float16, kc.shape, False), None)
+    assert not any(cold.rglob("lib.so"))
 
 
-def test_a_published_build_loads_during_capture(emulated, monkeypatch):
-    req = kvcache.store_request(2, 512, False, "cpu")
-    req.build()  # published on disk
-    saved = dict(core._modules)
-    core._modules.clear()  # and not loaded in memory
-    try:
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-        assert hasattr(req.load(), "store_cache")
-    finally:
-        core._modules.update(saved)
+def test_a_published_build_loads_during_capture(monkeypatch):
+    spec = store_spec(torch.float16, (256,), "emu")
+    spec.build()  # published on disk, not loaded
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert hasattr(spec.build_and_load(), "store_cache")
 
 
-def test_a_table_that_requires_grad_traces_like_eager(emulated):
+def test_a_table_that_requires_grad_traces_like_eager():
     """The kernels are not differentiable: eager outputs do not require grad, and a compiled
     model whose embedding is a trainable Parameter traces and gives the same (no failure on the
     missing backward)."""

@@ -59,19 +59,11 @@ class CudaArch:
         return cls(int(major), int(minor))
 
 
-# One entry per device index; capabilities do not change during a process.
-_device_arch: dict[int, CudaArch] = {}
-
-
 def target_arch() -> CudaArch:
     """The architecture to build for: the current CUDA device's when one is visible, otherwise
     ``$KERNKIT_CUDA_ARCH``, otherwise an ``ArchError`` that says how to set it."""
     if torch.cuda.is_available():
-        index = torch.cuda.current_device()
-        arch = _device_arch.get(index)
-        if arch is None:
-            arch = _device_arch[index] = CudaArch(*torch.cuda.get_device_capability(index))
-        return arch
+        return CudaArch(*torch.cuda.get_device_capability())
     text = os.environ.get(ARCH_VAR)
     if text:
         return CudaArch.parse(text)

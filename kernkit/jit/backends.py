@@ -105,22 +105,16 @@ def stamp(path: str) -> list:
     return [real, st.st_size, st.st_mtime_ns]
 
 
-_versions: dict[tuple, str] = {}
-
-
 def version(path: str) -> str:
-    """The release line(s) of ``path --version``, asked once per binary per process (builds only)."""
-    key = tuple(stamp(path))
-    if key not in _versions:
-        try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
-        except (OSError, subprocess.SubprocessError) as e:
-            raise ToolchainError(f"cannot run '{path} --version': {e}") from e
-        lines = [line.strip() for line in out.splitlines() if line.strip()]
-        # nvcc names its release on later lines; gcc and clang on the first.
-        release = [line for line in lines if "release" in line or line.startswith("Build ")]
-        _versions[key] = " | ".join(release) if release else (lines[0] if lines else "unknown")
-    return _versions[key]
+    """The release line(s) of ``path --version``, for a build's record (never on a load)."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ToolchainError(f"cannot run '{path} --version': {e}") from e
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    # nvcc names its release on later lines; gcc and clang on the first.
+    release = [line for line in lines if "release" in line or line.startswith("Build ")]
+    return " | ".join(release) if release else (lines[0] if lines else "unknown")
 
 
 def _quote(args: list[str]) -> str:

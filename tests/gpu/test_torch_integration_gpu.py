@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import reference
 from kernkit import ops
 from kernkit.jit import CaptureCompileError
-from kernkit.ops import reference
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -129,7 +129,7 @@ def test_cold_specialization_during_capture_raises_a_clear_error(tmp_path, monke
     k = torch.ones(4, row // 2, device="cuda", dtype=torch.float16)
     idx = torch.arange(4, device="cuda")
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(CaptureCompileError, match=r"store_cache<2, 2006.*capturing a graph.*Warm it up first"):
+    with pytest.raises(CaptureCompileError, match=r"store_cache<2, 2006.*capturing a graph.*before capturing"):
         with torch.cuda.graph(graph):
             ops.store_cache(kc, vc, idx, k, k)
     assert not any((tmp_path / "cache").rglob("lib.so")), "a build ran inside the capture"
@@ -143,12 +143,11 @@ def test_cold_specialization_during_capture_raises_a_clear_error(tmp_path, monke
 def test_published_build_loads_during_capture(tmp_path, monkeypatch):
     """Built on disk ahead of time (as `python -m kernkit.jit warmup` does) but never loaded in
     this process: the first call inside a capture loads it and the replay is right."""
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.ops import kvcache
+    from kernkit.ops.kvcache import store_spec
 
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "cache"))
     row = 2 * 1000 + 10  # 2010-byte rows: not loaded anywhere else
-    kvcache.store_request(2, row, is_arch_support_pdl(), "cuda").build()
+    store_spec(torch.float16, (row // 2,)).build()
     kc = torch.zeros(64, row // 2, device="cuda", dtype=torch.float16)
     vc = torch.zeros_like(kc)
     k = torch.randn(4, row // 2, device="cuda").half()

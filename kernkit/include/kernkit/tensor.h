@@ -125,6 +125,7 @@ struct Who {
   std::string str() const {
     return role ? std::string("'") + role + "'" : "tensor #" + std::to_string(index);
   }
+  friend std::ostream& operator<<(std::ostream& os, const Who& who) { return os << who.str(); }
 };
 
 template <typename Seq>
@@ -174,7 +175,7 @@ class SymbolicSize {
   /// \brief The bound value; throws when nothing bound it.
   /// \return The value.
   int64_t unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", std::string("symbolic size '") + name_ + "' was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic size '" << name_ << "' was never bound";
     return value_;
   }
   /// \brief The name given at construction.
@@ -213,7 +214,7 @@ class SymbolicDType {
   bool has_value() const { return bound_; }
   /// \brief The bound dtype; throws when nothing bound it.
   DLDataType unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", "symbolic dtype was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic dtype was never bound";
     return value_;
   }
   /// \brief Whether the bound dtype is the C++ type `T`.
@@ -251,7 +252,7 @@ class SymbolicDevice {
   bool has_value() const { return bound_; }
   /// \brief The bound device; throws when nothing bound it.
   DLDevice unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", "symbolic device was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic device was never bound";
     return value_;
   }
 
@@ -348,18 +349,15 @@ class TensorMatcher {
   const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const {
     const detail::Who who{role, ++count_};
     const auto shape = tensor.shape();
-    if (tensor.ndim() != rank_) {
-      fail("ValueError", who, "expected a " + std::to_string(rank_) + "-d tensor, got " +
-                                  std::to_string(tensor.ndim()) + "-d with shape " + detail::format_list(shape));
-    }
+    KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
+        << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
+        << detail::format_list(shape);
     check_dtype(tensor.dtype(), who);
     check_device(tensor.device(), who);
     for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
     if (has_strides_) {
-      if (num_strides_ != rank_) {
-        fail("RuntimeError", who, "stride pattern has " + std::to_string(num_strides_) + " entries for a " +
-                                      std::to_string(rank_) + "-d shape pattern");
-      }
+      KERNKIT_CHECK(num_strides_ == rank_, RuntimeError)
+          << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
       const auto strides = tensor.strides();
       for (int32_t i = 0; i < rank_; ++i) {
         // The stride of a dimension of size 1 never affects an address; torch reports various
@@ -367,9 +365,10 @@ class TensorMatcher {
         if (shape[i] == 1 && strides_[i].sym_ == nullptr) continue;
         check_size(strides_[i], strides[i], who, "stride", i, strides);
       }
-    } else if (!tensor.is_contiguous()) {
-      fail("ValueError", who, "expected a contiguous tensor, got shape " + detail::format_list(shape) +
-                                  " with strides " + detail::format_list(tensor.strides()));
+    } else {
+      KERNKIT_CHECK(tensor.is_contiguous(), ValueError)
+          << who << ": expected a contiguous tensor, got shape " << detail::format_list(shape) << " with strides "
+          << detail::format_list(tensor.strides());
     }
     return *this;
   }
@@ -378,27 +377,20 @@ class TensorMatcher {
   static constexpr int32_t kMaxOptions = 8;
 
   static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to) {
-    if (from.size() > static_cast<size_t>(kMaxRank)) {
-      throw PanicError("RuntimeError", "TensorMatcher patterns have at most 8 entries");
-    }
+    KERNKIT_CHECK(from.size() <= static_cast<size_t>(kMaxRank), RuntimeError)
+        << "TensorMatcher patterns have at most 8 entries";
     int32_t n = 0;
     for (const auto& p : from) to[n++] = p;
     return n;
-  }
-
-  [[noreturn]] static void fail(const char* kind, const detail::Who& who, const std::string& what) {
-    throw PanicError(kind, who.str() + ": " + what);
   }
 
   template <typename Seq>
   static void check_size(const SizePattern& pat, int64_t actual, const detail::Who& who, const char* what,
                          int32_t i, const Seq& all) {
     if (pat.sym_ == nullptr) {
-      if (pat.value_ >= 0 && pat.value_ != actual) {
-        fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " expected " +
-                                    std::to_string(pat.value_) + ", got " + std::to_string(actual) + " (" + what +
-                                    "s " + detail::format_list(all) + ")");
-      }
+      KERNKIT_CHECK(pat.value_ < 0 || pat.value_ == actual, ValueError)
+          << who << ": " << what << " " << i << " expected " << pat.value_ << ", got " << actual << " (" << what
+          << "s " << detail::format_list(all) << ")";
       return;
     }
     SymbolicSize& sym = *pat.sym_;
@@ -408,19 +400,16 @@ class TensorMatcher {
       sym.bound_by_ = who;
       return;
     }
-    if (sym.value_ != actual) {
-      fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " ('" + sym.name_ + "') expected " +
-                                  std::to_string(sym.value_) + " (from " + sym.bound_by_.str() + "), got " +
-                                  std::to_string(actual) + " (" + what + "s " + detail::format_list(all) + ")");
-    }
+    KERNKIT_CHECK(sym.value_ == actual, ValueError)
+        << who << ": " << what << " " << i << " ('" << sym.name_ << "') expected " << sym.value_ << " (from "
+        << sym.bound_by_ << "), got " << actual << " (" << what << "s " << detail::format_list(all) << ")";
   }
 
   void check_dtype(DLDataType dtype, const detail::Who& who) const {
     // A dtype another tensor already bound is the clearer message: it names both tensors.
-    if (dtype_sym_ != nullptr && dtype_sym_->bound_ && !dtype_equal(dtype_sym_->value_, dtype)) {
-      fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
-                                 dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
-    }
+    KERNKIT_CHECK(dtype_sym_ == nullptr || !dtype_sym_->bound_ || dtype_equal(dtype_sym_->value_, dtype), TypeError)
+        << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from " << dtype_sym_->bound_by_
+        << "), got " << dtype_name(dtype);
     const DLDataType* allowed = dtypes_;
     int32_t n = num_dtypes_;
     if (n == 0 && dtype_sym_ != nullptr) {
@@ -430,11 +419,11 @@ class TensorMatcher {
     if (n > 0) {
       bool ok = false;
       for (int32_t i = 0; i < n; ++i) ok = ok || dtype_equal(allowed[i], dtype);
-      if (!ok) {
+      if (TVM_FFI_PREDICT_FALSE(!ok)) {
         std::string names;
         for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
-        fail("TypeError", who, "expected dtype " + (n > 1 ? "one of {" + names + "}" : names) + ", got " +
-                                   dtype_name(dtype));
+        TVM_FFI_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
+                                 << ", got " << dtype_name(dtype);
       }
     }
     if (dtype_sym_ != nullptr) {
@@ -443,8 +432,8 @@ class TensorMatcher {
         dtype_sym_->bound_ = true;
         dtype_sym_->bound_by_ = who;
       } else if (!dtype_equal(dtype_sym_->value_, dtype)) {
-        fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
-                                   dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
+        TVM_FFI_THROW(TypeError) << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from "
+                                 << dtype_sym_->bound_by_ << "), got " << dtype_name(dtype);
       }
     }
   }
@@ -459,10 +448,11 @@ class TensorMatcher {
     if (n > 0) {
       bool ok = false;
       for (int32_t i = 0; i < n; ++i) ok = ok || allowed[i] == device.device_type;
-      if (!ok) {
+      if (TVM_FFI_PREDICT_FALSE(!ok)) {
         std::string names;
         for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
-        fail("ValueError", who, "expected a " + names + " tensor, got " + device_type_name(device.device_type));
+        TVM_FFI_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
+                                  << device_type_name(device.device_type);
       }
     }
     if (device_sym_ != nullptr) {
@@ -472,10 +462,9 @@ class TensorMatcher {
         device_sym_->bound_by_ = who;
       } else if (device_sym_->value_.device_type != device.device_type ||
                  device_sym_->value_.device_id != device.device_id) {
-        fail("ValueError", who, "expected device " + device_type_name(device_sym_->value_.device_type) + ":" +
-                                    std::to_string(device_sym_->value_.device_id) + " (from " +
-                                    device_sym_->bound_by_.str() + "), got " + device_type_name(device.device_type) +
-                                    ":" + std::to_string(device.device_id));
+        TVM_FFI_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
+                                  << ":" << device_sym_->value_.device_id << " (from " << device_sym_->bound_by_
+                                  << "), got " << device_type_name(device.device_type) << ":" << device.device_id;
       }
     }
   }

@@ -120,41 +120,11 @@ KERNKIT_DEVICE void PDLTriggerSecondary() {
 
 namespace host {
 
-namespace detail {
-
-/// \brief Throws a `PanicError` describing a CUDA error when destroyed; built only on failure.
-class CudaPanicStream {
- public:
-  CudaPanicStream(cudaError_t err, const char* expr, const char* file, int line) {
-    os_ << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") from "
-        << expr << " (" << file << ":" << line << ")";
-  }
-  CudaPanicStream(const CudaPanicStream&) = delete;
-  CudaPanicStream& operator=(const CudaPanicStream&) = delete;
-  template <typename T>
-  CudaPanicStream& operator<<(const T& value) {
-    os_ << (first_ ? ": " : "") << value;
-    first_ = false;
-    return *this;
-  }
-  [[noreturn]] ~CudaPanicStream() noexcept(false) { throw PanicError("RuntimeError", os_.str()); }
-
- private:
-  std::ostringstream os_;
-  bool first_ = true;
-};
-
-struct CudaVoidify {
-  void operator&(const CudaPanicStream&) const {}
-};
-
-}  // namespace detail
-
 /// \brief Function-style CUDA check: throws `PanicError` when `err` is not `cudaSuccess`.
 /// Prefer `CHECK_CUDA`, which can add context.
 /// \param err The status returned by a CUDA runtime call.
 inline void RuntimeDeviceCheck(cudaError_t err) {
-  if (err != cudaSuccess) {
+  if (TVM_FFI_PREDICT_FALSE(err != cudaSuccess)) {
     Panic("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
   }
 }
@@ -243,10 +213,12 @@ class LaunchKernel {
 
 /// \brief Stream-style CUDA check: `CHECK_CUDA(cudaMemsetAsync(...)) << "while clearing";`
 ///
-/// Evaluates `expr` once; on an error throws `kernkit::host::PanicError` with the CUDA error
-/// name and text, the expression, file and line, and any streamed context.
-#define CHECK_CUDA(expr)                                                                  \
-  if (const cudaError_t kernkit_cuda_err_ = (expr); kernkit_cuda_err_ == cudaSuccess) { \
-  } else                                                                                  \
-    ::kernkit::host::detail::CudaVoidify() &                                              \
-        ::kernkit::host::detail::CudaPanicStream(kernkit_cuda_err_, #expr, __FILE__, __LINE__)
+/// Evaluates `expr` once; on an error throws `kernkit::host::PanicError` (a Python
+/// `RuntimeError`) whose message is `CUDA error <name> (<text>) from <expr> (<file>:<line>): `
+/// followed by the streamed context, which is only evaluated on failure.
+#define CHECK_CUDA(expr)                                                                                   \
+  if (const cudaError_t kernkit_cuda_err_ = (expr); TVM_FFI_PREDICT_TRUE(kernkit_cuda_err_ == cudaSuccess)) { \
+  } else                                                                                                   \
+    TVM_FFI_THROW(RuntimeError) << "CUDA error " << cudaGetErrorName(kernkit_cuda_err_) << " ("             \
+                                << cudaGetErrorString(kernkit_cuda_err_) << ") from " #expr " (" __FILE__ ":" \
+                                << __LINE__ << "): "

@@ -21,7 +21,7 @@ inline constexpr int64_t kMaxDispatchArgIndex = 63;
 /// \param arg_index The position of the key tensor among the op's arguments.
 /// \return `(call, add)`.
 inline tvm::ffi::Tuple<tvm::ffi::Function, tvm::ffi::Function> make_dispatch(int64_t arg_index) {
-  KERNKIT_CHECK_KIND(arg_index >= 0 && arg_index <= kMaxDispatchArgIndex, "ValueError")
+  KERNKIT_CHECK(arg_index >= 0 && arg_index <= kMaxDispatchArgIndex, ValueError)
       << "make_dispatch: arg_index must be in [0, " << kMaxDispatchArgIndex << "], got " << arg_index;
   return host::make_dispatch_functions(static_cast<int32_t>(arg_index));
 }

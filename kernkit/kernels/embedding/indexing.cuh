@@ -105,14 +105,14 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   rows::RowShape out_shape;
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(ids, "ids");
   const auto w = rows::verify_rows<kRowElems>(weight, "weight", vocab, weight_shape, dtype, device);
-  KERNKIT_CHECK_KIND(weight.ndim() == 2, "ValueError")
+  KERNKIT_CHECK(weight.ndim() == 2, ValueError)
       << "'weight': expected a 2-d [rows, hidden] table, got " << weight.ndim() << "-d";
   const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device, true);
-  KERNKIT_CHECK_KIND(out.ndim() == 2, "ValueError")
+  KERNKIT_CHECK(out.ndim() == 2, ValueError)
       << "'out': expected a 2-d [n, hidden] tensor, got " << out.ndim() << "-d";
-  KERNKIT_CHECK_KIND(length >= 0 && length <= vocab.unwrap(), "ValueError")
+  KERNKIT_CHECK(length >= 0 && length <= vocab.unwrap(), ValueError)
       << "'vocab_range': length " << length << " must lie in [0, " << vocab.unwrap() << "], the rows of 'weight'";
-  KERNKIT_CHECK_KIND(start >= 0, "ValueError") << "'vocab_range': start " << start << " must be >= 0";
+  KERNKIT_CHECK(start >= 0, ValueError) << "'vocab_range': start " << start << " must be >= 0";
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;

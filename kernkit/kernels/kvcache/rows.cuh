@@ -218,14 +218,14 @@ template <int64_t kRowElems>
 inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_rows, RowShape& shape,
                             SymbolicDType& dtype, SymbolicDevice& device, bool written = false) {
   const int32_t ndim = static_cast<int32_t>(t.ndim());
-  KERNKIT_CHECK_KIND(ndim == 2 || ndim == 3, "ValueError")
+  KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
       << "'" << role << "': expected a 2-d [rows, " << kRowElems << "] or 3-d [rows, heads, head_dim] tensor, got "
       << ndim << "-d";
   if (shape.ndim == 0) {
     shape.ndim = ndim;
     shape.first = role;
   }
-  KERNKIT_CHECK_KIND(ndim == shape.ndim, "ValueError")
+  KERNKIT_CHECK(ndim == shape.ndim, ValueError)
       << "'" << role << "': expected a " << shape.ndim << "-d tensor like '" << shape.first << "', got " << ndim
       << "-d";
   SymbolicSize row_stride{"row_stride"};
@@ -235,7 +235,7 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
         .with_device<kDLCUDA>(device)
         .with_dtype(dtype)
         .verify(t, role);
-    KERNKIT_CHECK_KIND(shape.elems.unwrap() == kRowElems, "ValueError")
+    KERNKIT_CHECK(shape.elems.unwrap() == kRowElems, ValueError)
         << "'" << role << "': rows of " << shape.elems.unwrap() << " elements, but this kernel was built for "
         << kRowElems;
   } else {
@@ -244,7 +244,7 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
         .with_device<kDLCUDA>(device)
         .with_dtype(dtype)
         .verify(t, role);
-    KERNKIT_CHECK_KIND(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, "ValueError")
+    KERNKIT_CHECK(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, ValueError)
         << "'" << role << "': rows of " << shape.heads.unwrap() << " x " << shape.head_dim.unwrap()
         << " elements, but this kernel was built for " << kRowElems;
   }
@@ -252,8 +252,8 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
   // not narrow the vector width.
   const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
   const int64_t stride = num_rows.unwrap() <= 1 ? kRowElems : row_stride.unwrap();
-  KERNKIT_CHECK_KIND(stride >= 0, "ValueError") << "'" << role << "': negative row stride " << stride;
-  KERNKIT_CHECK_KIND(!written || stride >= kRowElems, "ValueError")
+  KERNKIT_CHECK(stride >= 0, ValueError) << "'" << role << "': negative row stride " << stride;
+  KERNKIT_CHECK(!written || stride >= kRowElems, ValueError)
       << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << kRowElems
       << "); a tensor the kernel writes needs distinct rows";
   return RowsView{data_address(t), stride * elem_bytes};

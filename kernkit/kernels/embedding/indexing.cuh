@@ -8,11 +8,10 @@
 /// read the table, so an out-of-range id cannot read out of bounds.
 #pragma once
 
+#include <kernkit/rows.cuh>
 #include <kernkit/tensor.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
-
-#include <kvcache/rows.cuh>
 
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>

@@ -8,11 +8,10 @@
 /// (CUDA-graph padding uses such indices).
 #pragma once
 
+#include <kernkit/rows.cuh>
 #include <kernkit/tensor.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
-
-#include <kvcache/rows.cuh>
 
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>

@@ -36,24 +36,34 @@ inline constexpr uint32_t kBlockThreads = 128;
 /// \tparam kBytes 1, 2, 4, 8 or 16.
 template <int32_t kBytes>
 struct RawVec;
+/// \brief 16 bytes: four 32-bit words.
 template <>
 struct RawVec<16> {
+  /// \brief The register type.
   using type = uint4;
 };
+/// \brief 8 bytes: two 32-bit words.
 template <>
 struct RawVec<8> {
+  /// \brief The register type.
   using type = uint2;
 };
+/// \brief 4 bytes: one 32-bit word.
 template <>
 struct RawVec<4> {
+  /// \brief The register type.
   using type = uint32_t;
 };
+/// \brief 2 bytes: one 16-bit word.
 template <>
 struct RawVec<2> {
+  /// \brief The register type.
   using type = uint16_t;
 };
+/// \brief 1 bytes: one byte.
 template <>
 struct RawVec<1> {
+  /// \brief The register type.
   using type = uint8_t;
 };
 

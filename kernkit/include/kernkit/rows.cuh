@@ -198,11 +198,6 @@ struct RowShape {
   SymbolicSize elems{"row_elems"};
 };
 
-/// \brief The address of a tensor's first element (data pointer plus byte offset).
-inline void* data_address(const tvm::ffi::TensorView& t) {
-  return static_cast<char*>(t.data_ptr()) + t.byte_offset();
-}
-
 /// \brief Where a verified tensor of rows lives.
 struct RowsView {
   /// First byte of row 0.
@@ -266,7 +261,7 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
   KERNKIT_CHECK(!written || stride >= kRowElems, ValueError)
       << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << kRowElems
       << "); a tensor the kernel writes needs distinct rows";
-  return RowsView{data_address(t), stride * elem_bytes};
+  return RowsView{data_ptr(t), stride * elem_bytes};
 }
 
 /// \brief The widest access (a power of two <= `max_vec`) that every address and stride

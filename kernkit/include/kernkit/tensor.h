@@ -115,6 +115,20 @@ inline std::string device_type_name(int32_t type) {
   }
 }
 
+/// \brief The address of the first element of `t`: `t.data_ptr()` advanced by `t.byte_offset()`.
+///
+/// DLPack lets a tensor's elements start `byte_offset()` bytes after its data pointer (torch
+/// exports 0, other producers need not), so a launcher reads every tensor's address through
+/// this accessor, never through `data_ptr()` alone. Ask for `const T` for a tensor the kernel
+/// only reads: `data_ptr<const T>(src)`.
+/// \tparam T The element type to point at; `void` (the default) or `const void` for bytes.
+/// \param t The tensor.
+/// \return The address of its first element.
+template <typename T = void>
+inline T* data_ptr(const tvm::ffi::TensorView& t) {
+  return static_cast<T*>(static_cast<void*>(static_cast<char*>(t.data_ptr()) + t.byte_offset()));
+}
+
 namespace detail {
 
 /// Who bound a symbol or failed a check: a role name, or the tensor's position in the matcher.

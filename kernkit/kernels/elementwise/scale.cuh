@@ -2,7 +2,7 @@
 /// \brief `scale<T, kUsePDL>`: dst = src * factor, element-wise, for fp16, bf16 and fp32.
 #pragma once
 
-#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice
+#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil
@@ -80,9 +80,10 @@ void scale(tvm::ffi::TensorView dst, tvm::ffi::TensorView src, float factor) {
   // 16-byte vectors need 16-byte aligned pointers; a view that starts mid-vector (x[1:]) takes
   // the scalar variant, which is compiled into the same module.
   constexpr int kVecN = 16 / sizeof(T);
-  const bool aligned = (reinterpret_cast<uintptr_t>(dst.data_ptr()) | reinterpret_cast<uintptr_t>(src.data_ptr())) %
-                           (kVecN * sizeof(T)) ==
-                       0;
+  T* const dst_ptr = data_ptr<T>(dst);
+  const T* const src_ptr = data_ptr<const T>(src);
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(dst_ptr) | reinterpret_cast<uintptr_t>(src_ptr)) % (kVecN * sizeof(T)) == 0;
   const auto kernel = aligned ? scale_kernel<T, kVecN, kUsePDL> : scale_kernel<T, 1, kUsePDL>;
   const int64_t items = div_ceil(n, aligned ? int64_t{kVecN} : int64_t{1});
 
@@ -91,8 +92,7 @@ void scale(tvm::ffi::TensorView dst, tvm::ffi::TensorView src, float factor) {
   constexpr int64_t kMaxBlocks = int64_t{1} << 16;
   const auto grid = static_cast<uint32_t>(std::min(div_ceil(items, int64_t{kBlockSize}), kMaxBlocks));
 
-  LaunchKernel(grid, kBlockSize, device.unwrap())
-      .enable_pdl(kUsePDL)(kernel, static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()), factor, n);
+  LaunchKernel(grid, kBlockSize, device.unwrap()).enable_pdl(kUsePDL)(kernel, dst_ptr, src_ptr, factor, n);
 }
 
 }  // namespace kernkit

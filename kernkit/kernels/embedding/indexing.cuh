@@ -115,8 +115,8 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;
-  const IndexingParams params{o.data, w.data, rows::data_address(ids), o.row_stride_bytes, w.row_stride_bytes,
-                              n,      start,  length,         ids.dtype().bits == 64};
+  const IndexingParams params{o.data, w.data, data_ptr<const void>(ids), o.row_stride_bytes, w.row_stride_bytes,
+                              n, start, length, ids.dtype().bits == 64};
   const uint64_t bits = reinterpret_cast<uintptr_t>(o.data) | reinterpret_cast<uintptr_t>(w.data) |
                         static_cast<uint64_t>(o.row_stride_bytes) | static_cast<uint64_t>(w.row_stride_bytes);
   const DLDevice dev = device.unwrap();

@@ -149,9 +149,9 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;
-  StoreKVParams params{kc.data,           vc.data,           kk.data,          vv.data,
-                       rows::data_address(indices), kc.row_stride_bytes, vc.row_stride_bytes, kk.row_stride_bytes,
-                       vv.row_stride_bytes, n,                 pool.unwrap(),    indices.dtype().bits == 64};
+  StoreKVParams params{kc.data, vc.data, kk.data, vv.data, data_ptr<const void>(indices),
+                       kc.row_stride_bytes, vc.row_stride_bytes, kk.row_stride_bytes, vv.row_stride_bytes,
+                       n, pool.unwrap(), indices.dtype().bits == 64};
   const uint64_t bits = reinterpret_cast<uintptr_t>(kc.data) | reinterpret_cast<uintptr_t>(vc.data) |
                         reinterpret_cast<uintptr_t>(kk.data) | reinterpret_cast<uintptr_t>(vv.data) |
                         static_cast<uint64_t>(kc.row_stride_bytes) | static_cast<uint64_t>(vc.row_stride_bytes) |

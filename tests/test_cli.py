@@ -235,13 +235,11 @@ def test_warmup_list_and_errors(capsys):
     assert cli.main(["warmup", "--dtype", "bf16", "--backend", "cpu", "--list"]) == 0
     out = capsys.readouterr().out
     assert "skipped kvcache needs --num-heads, --head-dim" in out and "scale<bf16_t, false>" in out
-    assert "dispatch" not in out, "no dispatched op was collected, so no dispatch table either"
 
-    # An op that dispatches in C++ brings the dispatch table's module along.
     assert cli.main(["warmup", "store_cache", "--dtype", "bf16", "--num-heads", "8", "--head-dim", "128",
                      "--backend", "cpu", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "store_cache<2, 2048, 16, 2, false, false>  [cpu]" in out and "dispatch  [host]" in out
+    assert "store_cache<2, 2048, 16, 2, false, false>  [cpu]" in out
 
 
 def test_warmup_user_spec_function(tmp_path, monkeypatch, capsys):
@@ -267,20 +265,10 @@ def test_doctor(fresh_cache, capsys, monkeypatch):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     for label in ("kernkit", "torch", "tvm-ffi", "DLPack fast path", "host compiler", "nvcc", "target arch",
-                  "cache dir", "JIT", "op dispatch", "environment", "clangd"):
+                  "cache dir", "JIT", "environment", "clangd"):
         assert f" {label} " in out, label
     assert str(fresh_cache) in out and "1 published builds" in out
     assert "off (production mode" in out and "KERNKIT_JIT=off" in out
-    assert "find their kernels in Python (KERNKIT_JIT=off" in out
-
-    from kernkit.ops.dispatch import dispatch_request
-
-    monkeypatch.delenv("KERNKIT_JIT")
-    assert cli.main(["doctor"]) == 0
-    assert "find their kernels in C++ once the first op call builds" in capsys.readouterr().out
-    dispatch_request().build()
-    assert cli.main(["doctor"]) == 0
-    assert "find their kernels in C++ (the dispatch table's module is in the cache)" in capsys.readouterr().out
     import torch
 
     if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):

@@ -126,9 +126,6 @@ def report() -> list[Line]:
         lines.append(Line("cache dir", f"{root} (not created yet)"))
     lines.append(Line("JIT", "on (missing specializations compile on first use)" if jit_enabled()
                       else "off (production mode: only cached specializations load)"))
-    from ..ops.dispatch import dispatch_status
-
-    lines.append(Line("op dispatch", f"store_cache and indexing find their kernels {dispatch_status()}"))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("KERNKIT_")}
     lines.append(Line("environment", ", ".join(f"{k}={v}" for k, v in env.items()) or "no KERNKIT_* variables set"))
 

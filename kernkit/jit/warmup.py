@@ -29,11 +29,6 @@ OP_MODULES: dict[str, tuple[str, ...]] = {
     "radix": ("compare_key",),
 }
 
-#: Op modules whose eager calls find their specialization through the C++ dispatch table
-#: (``kernkit/ops/dispatch.py``): warming one of them up builds that table's module too, so that
-#: a ``KERNKIT_JIT=off`` process dispatches in C++ as well.
-DISPATCHED = ("kvcache", "embedding")
-
 
 #: Command-line flag of each ``specializations`` parameter (others: ``--set name=value``).
 FLAGS: dict[str, str] = {
@@ -110,7 +105,6 @@ def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, obje
     is given) and of the ``module:function`` specs. With the default set, an op module whose
     required options are missing is skipped and reported; a named one raises."""
     out = Collected()
-    dispatched = False
     named = [resolve_op(o) for o in ops]
     modules = list(dict.fromkeys(named)) if (named or specs) else list(OP_MODULES)
     for module in modules:
@@ -128,7 +122,6 @@ def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, obje
             continue
         try:
             out.requests += call_with(fn, options, module)
-            dispatched = dispatched or module in DISPATCHED
         except WarmupError as e:
             if module in named:
                 raise
@@ -137,10 +130,6 @@ def collect(ops: Sequence[str], specs: Sequence[str], options: Mapping[str, obje
             if module in named:
                 raise WarmupError(f"{module}: {e}") from e
             out.skipped.append(f"{module}: {e}")
-    if dispatched:
-        from ..ops.dispatch import dispatch_request
-
-        out.requests.append(dispatch_request())
     for target in specs:
         try:
             out.requests += call_with(load_function(target), options, target)

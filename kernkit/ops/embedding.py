@@ -11,7 +11,6 @@ from torch.compiler import is_dynamo_compiling
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
-from .dispatch import Dispatcher
 from .fallback import kernel_for_device
 from .kvcache import elem_bytes, max_vec, row_bytes_of
 
@@ -56,12 +55,6 @@ def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callab
         reference.indexing)
 
 
-#: The C++ dispatch of ``indexing``, keyed on ``weight`` (the kernel's second argument):
-#: ``_indexing_fn`` depends on nothing but its dtype, device type and shape after the first
-#: dimension. ``out``, ``ids`` and ``vocab_range`` are launch arguments, the same on both paths.
-_dispatch = Dispatcher(arg_index=1)
-
-
 def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None,
              vocab_range: tuple[int, int] | None = None) -> torch.Tensor:
     """Embedding lookup: ``out[t] = weight[ids[t] - start]``, and a zero row when ``ids[t]`` is
@@ -78,29 +71,10 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
             return torch.ops.kernkit.indexing(weight, ids, vocab_range)
         torch.ops.kernkit.indexing_out(out, weight, ids, vocab_range)
         return out
-    # Per-call path: the launch arguments, then one tvm-ffi call that finds the specialization
-    # from weight in C++. A miss (a new dtype or row size, or no C++ dispatch) and a bad argument
-    # take the Python path, which picks the specialization first, raises in its order (a bad
-    # weight before a bad vocab_range or ids) and registers what it picked.
+    # Per-call path: pick the specialization first (a bad weight raises before a bad
+    # vocab_range or ids), then call it.
     try:
-        hit = False
-        try:
-            shape = weight.shape
-            start, length = (0, shape[0]) if vocab_range is None else vocab_range
-            if out is None:
-                out = weight.new_empty((ids.shape[0], shape[1]))
-        except Exception:  # noqa: BLE001  (the Python path raises it again, in its order)
-            pass
-        else:
-            try:
-                hit = _dispatch.call(out, weight, ids, start, length)
-            except Exception:
-                # An argument tvm-ffi cannot convert, or a launcher's check after a hit: the
-                # errors of picking the specialization (an unsupported weight) win.
-                _indexing_fn(weight.dtype, shape, weight.is_cuda)
-                raise
-        if not hit:
-            out = _indexing_python(weight, ids, out, vocab_range)
+        out = _indexing_python(weight, ids, out, vocab_range)
     except (AttributeError, IndexError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
         err = _named_error(e, weight, ids, out, vocab_range)
         if err is e:
@@ -111,7 +85,7 @@ def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None =
 
 def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
     """``indexing`` through the Python lookup: pick the specialization (checking ``weight``),
-    call it, and register it with the C++ dispatch so that the next call with this key hits."""
+    call it."""
     shape = weight.shape
     fn = _indexing_fn(weight.dtype, shape, weight.is_cuda)
     if vocab_range is None:
@@ -121,7 +95,6 @@ def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
     if out is None:
         out = weight.new_empty((ids.shape[0], shape[1]))
     fn(out, weight, ids, start, length)
-    _dispatch.add(weight, fn)
     return out
 
 

@@ -12,7 +12,6 @@ from torch.compiler import is_dynamo_compiling
 from ..jit import JitRequest, cache_once, is_arch_support_pdl, make_cpp_args
 from . import reference
 from .argerrors import named_error
-from .dispatch import Dispatcher
 from .fallback import kernel_for_device
 
 __all__ = ["store_cache", "specializations"]
@@ -103,11 +102,6 @@ def _store_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callable[
         reference.store_cache)
 
 
-#: The C++ dispatch of ``store_cache``, keyed on ``k_cache``: ``_store_fn`` depends on nothing but
-#: its dtype, device type and row shape.
-_dispatch = Dispatcher(arg_index=0)
-
-
 def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor, k: torch.Tensor,
                 v: torch.Tensor) -> None:
     """Write row ``i`` of ``k`` and ``v`` to row ``indices[i]`` of ``k_cache`` and ``v_cache``,
@@ -123,21 +117,10 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
     """
     if is_dynamo_compiling():  # traced by torch.compile: the custom op (kernkit/ops/library.py)
         return torch.ops.kernkit.store_cache(k_cache, v_cache, indices, k, v)
-    # Per-call path: one tvm-ffi call that finds the specialization from k_cache in C++; every
-    # tensor check is in the launcher. A miss (a new dtype or row shape, or no C++ dispatch)
-    # picks it in Python and registers it.
+    # Per-call path: pick the specialization from k_cache, call it; every tensor check is in the
+    # launcher.
     try:
-        try:
-            hit = _dispatch.call(k_cache, v_cache, indices, k, v)
-        except Exception:
-            # An argument tvm-ffi cannot convert, or a launcher's check after a hit. In Python the
-            # specialization is picked first, so its errors (an unsupported k_cache) win.
-            _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)
-            raise
-        if not hit:
-            fn = _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)
-            fn(k_cache, v_cache, indices, k, v)
-            _dispatch.add(k_cache, fn)
+        _store_fn(k_cache.dtype, k_cache.shape, k_cache.is_cuda)(k_cache, v_cache, indices, k, v)
     except (AttributeError, TypeError, RuntimeError) as e:  # what torch or tvm-ffi could not name
         args = (("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v))
         err = named_error(e, args, args)

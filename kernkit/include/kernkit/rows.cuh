@@ -19,12 +19,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define KERNKIT_ROWS_UNROLL _Pragma("unroll")
-#else
-#define KERNKIT_ROWS_UNROLL
-#endif
-
 namespace kernkit {
 namespace device {
 namespace rows {

@@ -31,8 +31,6 @@
 #include <initializer_list>
 #include <sstream>
 #include <string>
-#include <type_traits>
-#include <vector>
 
 #if defined(__CUDACC__) || defined(KERNKIT_EMU) || __has_include(<cuda_fp16.h>)
 #include <cuda_bf16.h>
@@ -136,10 +134,9 @@ namespace detail {
 struct Who {
   const char* role = nullptr;
   int32_t index = 0;
-  std::string str() const {
-    return role ? std::string("'") + role + "'" : "tensor #" + std::to_string(index);
+  friend std::ostream& operator<<(std::ostream& os, const Who& who) {
+    return who.role ? os << "'" << who.role << "'" : os << "tensor #" << who.index;
   }
-  friend std::ostream& operator<<(std::ostream& os, const Who& who) { return os << who.str(); }
 };
 
 template <typename Seq>
@@ -203,8 +200,9 @@ class SymbolicSize {
   detail::Who bound_by_;
 };
 
-/// \brief The most options a `SymbolicDType` or `SymbolicDevice` may be restricted to (kept in
-/// fixed arrays, so that setting them allocates nothing on a launcher's per-call path).
+/// \brief The most options a `SymbolicDType`, a `SymbolicDevice` or a `TensorMatcher`'s
+/// `with_dtype` / `with_device` may be restricted to (kept in fixed arrays, so that setting them
+/// allocates nothing on a launcher's per-call path).
 inline constexpr int32_t kMaxSymbolOptions = 8;
 
 /// \brief A dtype that binds on first use, optionally restricted to a set of C++ types.
@@ -230,11 +228,6 @@ class SymbolicDType {
   DLDataType unwrap() const {
     KERNKIT_CHECK(bound_, RuntimeError) << "symbolic dtype was never bound";
     return value_;
-  }
-  /// \brief Whether the bound dtype is the C++ type `T`.
-  template <typename T>
-  bool is() const {
-    return bound_ && is_type<T>(value_);
   }
 
  private:
@@ -317,7 +310,7 @@ class TensorMatcher {
   /// \brief Require the dtype to be one of `Ts`.
   template <typename... Ts>
   TensorMatcher& with_dtype() {
-    static_assert(sizeof...(Ts) > 0 && sizeof...(Ts) <= kMaxOptions, "with_dtype takes 1 to 8 types");
+    static_assert(sizeof...(Ts) > 0 && sizeof...(Ts) <= kMaxSymbolOptions, "with_dtype takes 1 to 8 types");
     const DLDataType list[] = {DLDTypeOf<Ts>::value...};
     num_dtypes_ = static_cast<int32_t>(sizeof...(Ts));
     for (int32_t i = 0; i < num_dtypes_; ++i) dtypes_[i] = list[i];
@@ -342,7 +335,7 @@ class TensorMatcher {
   /// \brief Require one of the device types `Types`.
   template <DLDeviceType... Types>
   TensorMatcher& with_device() {
-    static_assert(sizeof...(Types) <= kMaxOptions, "with_device takes at most 8 device types");
+    static_assert(sizeof...(Types) <= kMaxSymbolOptions, "with_device takes at most 8 device types");
     const int32_t list[] = {detail::effective_device_type(Types)..., 0};
     num_device_types_ = static_cast<int32_t>(sizeof...(Types));
     for (int32_t i = 0; i < num_device_types_; ++i) device_types_[i] = list[i];
@@ -388,8 +381,6 @@ class TensorMatcher {
   }
 
  private:
-  static constexpr int32_t kMaxOptions = 8;
-
   static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to) {
     KERNKIT_CHECK(from.size() <= static_cast<size_t>(kMaxRank), RuntimeError)
         << "TensorMatcher patterns have at most 8 entries";
@@ -440,15 +431,10 @@ class TensorMatcher {
                                  << ", got " << dtype_name(dtype);
       }
     }
-    if (dtype_sym_ != nullptr) {
-      if (!dtype_sym_->bound_) {
-        dtype_sym_->value_ = dtype;
-        dtype_sym_->bound_ = true;
-        dtype_sym_->bound_by_ = who;
-      } else if (!dtype_equal(dtype_sym_->value_, dtype)) {
-        TVM_FFI_THROW(TypeError) << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from "
-                                 << dtype_sym_->bound_by_ << "), got " << dtype_name(dtype);
-      }
+    if (dtype_sym_ != nullptr && !dtype_sym_->bound_) {
+      dtype_sym_->value_ = dtype;
+      dtype_sym_->bound_ = true;
+      dtype_sym_->bound_by_ = who;
     }
   }
 
@@ -488,10 +474,10 @@ class TensorMatcher {
   SizePattern strides_[kMaxRank];
   int32_t num_strides_ = 0;
   bool has_strides_ = false;
-  DLDataType dtypes_[kMaxOptions] = {};
+  DLDataType dtypes_[kMaxSymbolOptions] = {};
   int32_t num_dtypes_ = 0;
   SymbolicDType* dtype_sym_ = nullptr;
-  int32_t device_types_[kMaxOptions] = {};
+  int32_t device_types_[kMaxSymbolOptions] = {};
   int32_t num_device_types_ = 0;
   SymbolicDevice* device_sym_ = nullptr;
   mutable int32_t count_ = 0;

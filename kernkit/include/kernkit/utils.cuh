@@ -1,6 +1,6 @@
 /// \file utils.cuh
 /// \brief Device-side basics and the host kernel launcher: type aliases, `KERNKIT_DEVICE`,
-/// `load_as`/`store_as`, the two halves of Programmatic Dependent Launch, `CHECK_CUDA` and
+/// `KERNKIT_UNROLL`, `load_as`/`store_as`, the two halves of Programmatic Dependent Launch, `CHECK_CUDA` and
 /// `LaunchKernel`.
 ///
 /// Under the CPU emulation backend (`KERNKIT_EMU` defined, see `kernkit/emu/runtime.h`) the same
@@ -18,11 +18,18 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 /// \brief Qualifiers for every kernkit device helper: inlined, device-only.
 #define KERNKIT_DEVICE __forceinline__ __device__
+
+/// \brief `KERNKIT_UNROLL` for nvcc; nothing for a host compiler (the CPU emulator), which
+/// would warn about the unknown pragma.
+#if defined(__CUDACC__) && !defined(KERNKIT_UNROLL)
+#define KERNKIT_UNROLL _Pragma("unroll")
+#elif !defined(KERNKIT_UNROLL)
+#define KERNKIT_UNROLL
+#endif
 
 namespace kernkit {
 
@@ -78,19 +85,6 @@ template <typename T>
 KERNKIT_DEVICE void store_as(void* __restrict__ ptr, const T& value, int64_t offset = 0) {
   static_cast<T*>(ptr)[offset] = value;
 }
-
-namespace pointer {
-
-/// \brief Advance `ptr` by the sum of `offsets` bytes on the device.
-/// \return The advanced pointer, same constness as `ptr`, as `void*`.
-template <typename P, typename... Offsets>
-KERNKIT_DEVICE auto offset(P* ptr, Offsets... offsets) {
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  using Void = std::conditional_t<std::is_const_v<P>, const void, void>;
-  return static_cast<Void*>(reinterpret_cast<Byte*>(ptr) + (int64_t{0} + ... + static_cast<int64_t>(offsets)));
-}
-
-}  // namespace pointer
 
 /// \brief Wait until the preceding kernel in the stream has finished and its writes are visible
 /// (`griddepcontrol.wait`). Every read of data the preceding kernel wrote must come after it.

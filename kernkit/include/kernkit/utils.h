@@ -6,7 +6,6 @@
 
 #include <tvm/ffi/error.h>
 
-#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -86,22 +85,6 @@ constexpr IntegerRange<std::common_type_t<T, U>> irange(T begin, U end) {
   using R = std::common_type_t<T, U>;
   return IntegerRange<R>(static_cast<R>(begin), static_cast<R>(end));
 }
-
-namespace pointer {
-
-/// \brief Advance `ptr` by the sum of `offsets`, counted in bytes.
-/// \param ptr A pointer of any object type (const is kept).
-/// \param offsets Byte offsets, added together.
-/// \return The advanced pointer, same constness as `ptr`, as `void*`.
-template <typename P, typename... Offsets>
-inline auto offset(P* ptr, Offsets... offsets) {
-  static_assert((std::is_integral_v<Offsets> && ...), "pointer::offset takes integer offsets");
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  using Void = std::conditional_t<std::is_const_v<P>, const void, void>;
-  return static_cast<Void*>(reinterpret_cast<Byte*>(ptr) + (int64_t{0} + ... + static_cast<int64_t>(offsets)));
-}
-
-}  // namespace pointer
 
 }  // namespace host
 }  // namespace kernkit

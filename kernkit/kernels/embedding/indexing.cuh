@@ -56,10 +56,10 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
   const V* __restrict__ w =
       reinterpret_cast<const V*>(static_cast<const char*>(p.weight) + (valid ? local : 0) * p.weight_stride);
 
-  KERNKIT_ROWS_UNROLL
+  KERNKIT_UNROLL
   for (int64_t base = 0; base < Layout::kIters; base += Layout::kBatch) {
     V r[Layout::kBatch];
-    KERNKIT_ROWS_UNROLL
+    KERNKIT_UNROLL
     for (int64_t b = 0; b < Layout::kBatch; ++b) {
       const int64_t j = lane + (base + b) * Layout::kGroup;
       if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) {
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
       }
     }
     if (base == 0) device::PDLTriggerSecondary<kUsePDL>();
-    KERNKIT_ROWS_UNROLL
+    KERNKIT_UNROLL
     for (int64_t b = 0; b < Layout::kBatch; ++b) {
       const int64_t j = lane + (base + b) * Layout::kGroup;
       if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) out[j] = r[b];

@@ -69,7 +69,7 @@ def test_indexing(view):
     weight = torch.randn(11, 64).bfloat16()
     ids = torch.tensor([5, 0, 9, 3, 12], dtype=torch.int32)
     out = torch.zeros(5, 64, dtype=torch.bfloat16)
-    mod.indexing(view(out, 2), view(weight, 1), view(ids, 2), 0, 10)
+    mod.indexing(view(out, 2), view(weight, 1), view(ids, 2), (0, 10))
     assert not out[:2].any()
     assert torch.equal(out[2], weight[1 + 9]) and torch.equal(out[3], weight[1 + 3])
     assert not out[4].any()  # id 12 is outside the 10 rows of the view

@@ -111,6 +111,32 @@ def test_three_d_weight_is_refused():
         ops.indexing(torch.zeros(4, 2, 8), torch.arange(2))
 
 
+def test_launcher_vocab_range():
+    """The launcher takes ``vocab_range`` as one argument: None (the whole table), or a tuple
+    or list of exactly two ints, checked after the tensors."""
+    fn = ops.embedding.indexing_module(2, 512, False, "cpu").indexing
+    gen = torch.Generator().manual_seed(5)
+    weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)
+    ids = torch.tensor([3, 49, 50, -1, 12], dtype=torch.int64)
+    out = torch.empty(5, 256, dtype=torch.bfloat16)
+    fn(out, weight, ids, None)
+    assert same_bytes(out, expected(weight, ids, 0, VOCAB))
+    fn(out, weight, ids, [10, 30])
+    assert same_bytes(out, expected(weight, ids, 10, 30))
+    fn(out, weight, ids, (0, 0))
+    assert not out.view(torch.uint8).any()
+    for bad in ((), (1,), (0, 10, 1), [1, 2, 3, 4]):
+        with pytest.raises(ValueError, match=rf"^'vocab_range': expected \(start, length\), got {len(bad)} values$"):
+            fn(out, weight, ids, bad)
+    with pytest.raises(ValueError, match=r"^'vocab_range': length 51 must lie in \[0, 50\], the rows of 'weight'$"):
+        fn(out, weight, ids, (0, 51))
+    with pytest.raises(ValueError, match=r"^'vocab_range': start -1 must be >= 0$"):
+        fn(out, weight, ids, (-1, 5))
+    # The tensors are checked first: a bad ids wins over a bad vocab_range.
+    with pytest.raises(TypeError, match=r"^'ids': "):
+        fn(out, weight, ids.float(), (1,))
+
+
 def test_specializations_describe_builds():
     reqs = ops.embedding.specializations([torch.bfloat16, torch.float16], 1024, backend="cpu")
     assert [r.marker for r in reqs] == [("indexing", "2", "2048", "16", "2", "false")]

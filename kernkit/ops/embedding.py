@@ -52,7 +52,12 @@ def _indexing_fn(dtype: torch.dtype, shape: torch.Size, is_cuda: bool) -> Callab
     row_bytes = row_bytes_of(shape[1:], elem, "weight")
     return kernel_for_device(
         "indexing", is_cuda, lambda backend, pdl: indexing_module(elem, row_bytes, pdl, backend).indexing,
-        reference.indexing)
+        _reference_indexing)
+
+
+def _reference_indexing(out, weight, ids, vocab_range) -> None:
+    """``reference.indexing`` called like the kernel: ``vocab_range`` as one ``(start, length)``."""
+    reference.indexing(out, weight, ids, *vocab_range)
 
 
 def indexing(weight: torch.Tensor, ids: torch.Tensor, out: torch.Tensor | None = None,
@@ -94,7 +99,7 @@ def _indexing_python(weight, ids, out, vocab_range) -> torch.Tensor:
         start, length = _vocab_range(vocab_range)
     if out is None:
         out = weight.new_empty((ids.shape[0], shape[1]))
-    fn(out, weight, ids, start, length)
+    fn(out, weight, ids, (start, length))
     return out
 
 
@@ -110,8 +115,7 @@ def _named_error(e: BaseException, weight, ids, out, vocab_range) -> BaseExcepti
     if isinstance(e, IndexError) and isinstance(ids, torch.Tensor) and ids.dim() != 1:
         return ValueError(f"'ids': expected a 1-d tensor, got {ids.dim()}-d with shape {list(ids.shape)}")
     tensors = [("weight", weight), ("ids", ids)] + ([("out", out)] if out is not None else [])
-    ffi_args = (("out", out), ("weight", weight), ("ids", ids), ("vocab_range", vocab_range),
-                ("vocab_range", vocab_range))
+    ffi_args = (("out", out), ("weight", weight), ("ids", ids), ("vocab_range", vocab_range))
     # ids of a claimed huge length (expand) fail in allocating out, before the launcher rejects them
     return named_error(e, tensors, ffi_args, contiguous=("ids",))
 

@@ -14,7 +14,9 @@
 #include <kernkit/utils.h>
 
 #include <dlpack/dlpack.h>
+#include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/optional.h>
 
 #include <cstdint>
 
@@ -86,11 +88,12 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
 /// \param out [n, hidden], written; rows may be strided.
 /// \param weight [rows, hidden], same dtype: the table (or this rank's shard of it).
 /// \param ids int32 or int64 [n].
-/// \param start First id the table holds.
-/// \param length Ids the table holds, at most its rows.
+/// \param vocab_range `(start, length)`: the first id the table holds and how many ids it holds
+/// (`start >= 0`, `0 <= length <= rows`); None means `(0, rows)`. From Python: a tuple or list
+/// of two ints, or None.
 template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPerThread, bool kUsePDL>
-void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::TensorView ids, int64_t start,
-              int64_t length) {
+void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::TensorView ids,
+              tvm::ffi::Optional<tvm::ffi::Array<int64_t>> vocab_range) {
   using namespace host;
   constexpr int64_t kRowElems = ::kernkit::device::rows::RowSpec<kElemBytes, kRowBytes, kMaxVec>::kRowElems;
 
@@ -109,6 +112,15 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device, true);
   KERNKIT_CHECK(out.ndim() == 2, ValueError)
       << "'out': expected a 2-d [n, hidden] tensor, got " << out.ndim() << "-d";
+  int64_t start = 0;
+  int64_t length = vocab.unwrap();
+  if (vocab_range.has_value()) {
+    const tvm::ffi::Array<int64_t> range = *vocab_range;
+    KERNKIT_CHECK(range.size() == 2, ValueError)
+        << "'vocab_range': expected (start, length), got " << range.size() << " values";
+    start = range[0];
+    length = range[1];
+  }
   KERNKIT_CHECK(length >= 0 && length <= vocab.unwrap(), ValueError)
       << "'vocab_range': length " << length << " must lie in [0, " << vocab.unwrap() << "], the rows of 'weight'";
   KERNKIT_CHECK(start >= 0, ValueError) << "'vocab_range': start " << start << " must be >= 0";

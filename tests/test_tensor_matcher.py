@@ -23,6 +23,7 @@ def mod():
             ("match_strided", "match_strided"),
             ("match_same_dtype", "match_same_dtype"),
             ("match_unnamed", "match_unnamed"),
+            ("match_shape_of", "match_shape_of"),
             ("check_positive", "check_positive"),
             ("check_kind", "check_kind"),
             ("check_in_if_else", "check_in_if_else"),
@@ -93,6 +94,22 @@ def test_symbolic_dtype_bound_by_first_tensor(mod):
 def test_unnamed_tensor_is_reported_by_position(mod):
     with pytest.raises(ValueError, match=r"tensor #1: dimension 0 expected 4, got 3"):
         mod.match_unnamed(torch.zeros(3))
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3, 4), (1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 3)], ids=str)
+def test_shape_of_another_tensor_any_rank(mod, shape):
+    mod.match_shape_of(torch.zeros(shape), torch.ones(shape, dtype=torch.int64), torch.zeros(shape))
+
+
+def test_shape_of_another_tensor_mismatch(mod):
+    with pytest.raises(ValueError, match=r"^'a': expected shape \[2, 3, 4\] \(from 'b'\), got \[2, 3\]$"):
+        mod.match_shape_of(torch.zeros(2, 3), torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match=r"^'a': expected shape \[\] \(from 'b'\), got \[1\]$"):
+        mod.match_shape_of(torch.zeros(1), torch.zeros(()), torch.zeros(()))
+    with pytest.raises(ValueError, match=r"^'b': expected a contiguous tensor"):
+        mod.match_shape_of(torch.zeros(3, 2), torch.zeros(2, 3).t(), torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"^'c': expected shape \[3\], got \[4\]$"):
+        mod.match_shape_of(torch.zeros(3), torch.zeros(3), torch.zeros(4))
 
 
 def test_check_host_streams_its_message_only_on_failure(mod):

@@ -37,6 +37,13 @@ inline void match_same_dtype(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
   TensorMatcher({-1}).with_dtype(dtype).verify(b, "b");
 }
 
+/// Any rank: `a` must have the shape of `b`, both contiguous, on the CPU; `c` the shape of `b`
+/// too, reported without naming where the shape came from.
+inline void match_shape_of(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c) {
+  host::TensorMatcher(b.shape(), "b").with_device<kDLCPU>().verify(a, "a").verify(b, "b");
+  host::TensorMatcher(b.shape()).verify(c, "c");
+}
+
 /// Unnamed tensors are reported by position.
 inline void match_unnamed(tvm::ffi::TensorView a) {
   host::TensorMatcher({4}).verify(a);

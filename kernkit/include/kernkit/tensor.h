@@ -1,6 +1,6 @@
 /// \file tensor.h
 /// \brief Tensor validation for host launchers: `TensorMatcher` with symbolic sizes, dtypes and
-/// devices.
+/// devices; and `data_ptr`, the address of a tensor's first element.
 ///
 /// A launcher describes the tensors it accepts once and verifies every `tvm::ffi::TensorView`
 /// against the description. Named symbolic sizes bind on the first tensor that mentions them and
@@ -19,14 +19,19 @@
 ///       .verify(dst, "dst").verify(src, "src");
 ///   TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>()
 ///       .verify(indices, "indices");
+///   // Any rank: `src` must have the shape of `out`.
+///   TensorMatcher(out.shape(), "out").with_device<kDLCUDA>(device).with_dtype<T>()
+///       .verify(out, "out").verify(src, "src");
 /// \endcode
 #pragma once
 
 #include <kernkit/utils.h>
 
 #include <dlpack/dlpack.h>
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/container/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <sstream>
@@ -150,6 +155,11 @@ inline std::string format_list(const Seq& seq) {
   }
   os << "]";
   return os.str();
+}
+
+/// Whether two shapes have the same rank and extents.
+inline bool same_shape(tvm::ffi::ShapeView a, tvm::ffi::ShapeView b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 /// Under the CPU emulator a launcher that asks for CUDA tensors takes CPU tensors: the same
@@ -307,6 +317,17 @@ class TensorMatcher {
   /// \param shape One entry per dimension.
   TensorMatcher(std::initializer_list<SizePattern> shape) : rank_(copy(shape, shape_)) {}
 
+  /// \brief Match tensors of exactly the shape `shape`, of any rank: typically another tensor's,
+  /// so that tensors must agree on every dimension whatever their rank
+  /// (`TensorMatcher(out.shape(), "out")...verify(out, "out").verify(src, "src")`). A mismatch
+  /// says `'src': expected shape [4, 33] (from 'out'), got [4, 32]`. The shape is referenced, not
+  /// copied: it must outlive the matcher (a tensor argument's shape does).
+  /// \param shape The required shape.
+  /// \param from The role of the tensor `shape` belongs to, for messages; none by default.
+  explicit TensorMatcher(tvm::ffi::ShapeView shape, const char* from = nullptr)
+      : rank_(static_cast<int32_t>(shape.size())), fixed_shape_(shape), fixed_shape_from_(from),
+        has_fixed_shape_(true) {}
+
   /// \brief Require the dtype to be one of `Ts`.
   template <typename... Ts>
   TensorMatcher& with_dtype() {
@@ -356,12 +377,21 @@ class TensorMatcher {
   const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const {
     const detail::Who who{role, ++count_};
     const auto shape = tensor.shape();
-    KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
-        << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
-        << detail::format_list(shape);
+    if (!has_fixed_shape_) {
+      KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
+          << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
+          << detail::format_list(shape);
+    }
     check_dtype(tensor.dtype(), who);
     check_device(tensor.device(), who);
-    for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+    if (has_fixed_shape_) {
+      KERNKIT_CHECK(detail::same_shape(shape, fixed_shape_), ValueError)
+          << who << ": expected shape " << detail::format_list(fixed_shape_)
+          << (fixed_shape_from_ ? std::string(" (from '") + fixed_shape_from_ + "')" : std::string()) << ", got "
+          << detail::format_list(shape);
+    } else {
+      for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+    }
     if (has_strides_) {
       KERNKIT_CHECK(num_strides_ == rank_, RuntimeError)
           << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
@@ -471,6 +501,9 @@ class TensorMatcher {
 
   SizePattern shape_[kMaxRank];
   int32_t rank_;
+  tvm::ffi::ShapeView fixed_shape_;
+  const char* fixed_shape_from_ = nullptr;
+  bool has_fixed_shape_ = false;
   SizePattern strides_[kMaxRank];
   int32_t num_strides_ = 0;
   bool has_strides_ = false;

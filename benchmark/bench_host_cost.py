@@ -117,7 +117,7 @@ def main() -> None:
         "indexing (out=)": (lambda: ops.indexing(weight, ids, out=emb_out),
                             lambda: kk.indexing_out(emb_out, weight, ids, None),
                             lambda: kk.indexing_out.default(emb_out, weight, ids, None),
-                            lambda: index_bare(emb_out, weight, ids, 0, weight.shape[0])),
+                            lambda: index_bare(emb_out, weight, ids, (0, weight.shape[0]))),
         "indexing (allocating)": (lambda: ops.indexing(weight, ids),
                                   lambda: kk.indexing(weight, ids),
                                   lambda: kk.indexing.default(weight, ids),

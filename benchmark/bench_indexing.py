@@ -68,7 +68,7 @@ def main() -> None:
                 [lambda c=c: compiled(ids64[c], weight) for c in range(min(calls, 200))])
         for P, fn in var_fns.items():
             res[f"per_thread={P}"] = common.graph_time_us(
-                [lambda c=c: fn(out[c], weight, ids32[c], 0, args.vocab) for c in range(calls)])
+                [lambda c=c: fn(out[c], weight, ids32[c], (0, args.vocab)) for c in range(calls)])
         tbs = {name: per_call / (us * 1e-6) / 1e12 for name, us in res.items()}
         for name in series:
             series[name].append(tbs.get(name, float("nan")))
@@ -87,7 +87,7 @@ def main() -> None:
     host = {
         "kernkit ops.indexing (allocates out)": common.host_us_per_call(lambda: ops.indexing(weight, ids)),
         "kernkit ops.indexing (out given)": common.host_us_per_call(lambda: ops.indexing(weight, ids, out=out)),
-        "bare tvm-ffi call of the same kernel": common.host_us_per_call(lambda: bare(out, weight, ids, 0, args.vocab)),
+        "bare tvm-ffi call of the same kernel": common.host_us_per_call(lambda: bare(out, weight, ids, (0, args.vocab))),
         "F.embedding": common.host_us_per_call(lambda: F.embedding(ids, weight)),
     }
 

@@ -29,7 +29,8 @@ STUB = CSRC / "headers_host_stub.h"
 EMU_RUNTIME = HEADER_DIR / "emu" / "runtime.h"
 
 #: The headers this library consists of (utils.h, utils.cuh and tensor.h are checked elsewhere).
-HEADERS = ["type.cuh", "vec.cuh", "tile.cuh", "math.cuh", "warp.cuh", "cta.cuh", "atomic.cuh", "runtime.cuh", "ffi.h"]
+HEADERS = ["type.cuh", "vec.cuh", "tile.cuh", "math.cuh", "warp.cuh", "cta.cuh", "atomic.cuh", "runtime.cuh", "ffi.h",
+           "rows.cuh"]
 
 #: KERNKIT_HEADERS_EXPECT_FAIL cases in headers_all.cu and the message each must produce.
 MISUSE = {

@@ -111,3 +111,30 @@ def test_three_d_weight_is_refused():
 def test_one_specialization_per_element_size_and_row_bytes():
     specs = {indexing_spec(d, 1024, "emu") for d in (torch.bfloat16, torch.float16)}
     assert [s.title for s in specs] == ["indexing<2, 2048, 16, 2, false>"]
+
+
+def test_launcher_vocab_range():
+    """The launcher takes ``vocab_range`` as one argument: None (the whole table), or a tuple
+    or list of exactly two ints, checked after the tensors."""
+    fn = indexing_spec(torch.bfloat16, 256, "emu").build_and_load().indexing
+    gen = torch.Generator().manual_seed(5)
+    weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)
+    ids = torch.tensor([3, 49, 50, -1, 12], dtype=torch.int64)
+    out = torch.empty(5, 256, dtype=torch.bfloat16)
+    fn(out, weight, ids, None)
+    assert same_bytes(out, expected(weight, ids, 0, VOCAB))
+    fn(out, weight, ids, [10, 30])
+    assert same_bytes(out, expected(weight, ids, 10, 30))
+    fn(out, weight, ids, (0, 0))
+    assert not out.view(torch.uint8).any()
+    for bad in ((), (1,), (0, 10, 1), [1, 2, 3, 4]):
+        with pytest.raises(ValueError, match=rf"^'vocab_range': expected \(start, length\), got {len(bad)} values$"):
+            fn(out, weight, ids, bad)
+    with pytest.raises(ValueError, match=r"^'vocab_range': length 51 must lie in \[0, 50\], the rows of 'weight'$"):
+        fn(out, weight, ids, (0, 51))
+    with pytest.raises(ValueError, match=r"^'vocab_range': start -1 must be >= 0$"):
+        fn(out, weight, ids, (-1, 5))
+    # The tensors are checked first: a bad ids wins over a bad vocab_range.
+    with pytest.raises(TypeError, match=r"^'ids': "):
+        fn(out, weight, ids.float(), (1,))
+

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.jit import JitSpec
+from kernkit.jit import JitSpec, load_jit
 from kernkit.ops import registered_ops, scale
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -54,10 +54,10 @@ def test_out_of_another_dtype_names_out():
         scale(torch.randn(8), 2.0, out=torch.empty(8, dtype=torch.float16))
 
 
-def test_out_of_another_shape_names_out():
-    with pytest.raises(ValueError, match="'out'"):
+def test_out_of_another_shape_names_both_tensors_and_shapes():
+    with pytest.raises(ValueError, match=r"^'src': expected shape \[9\] \(from 'out'\), got \[8\]$"):
         scale(torch.randn(8), 2.0, out=torch.empty(9))
-    with pytest.raises(ValueError, match="'out'"):
+    with pytest.raises(ValueError, match=r"^'src': expected shape \[4, 2\] \(from 'out'\), got \[2, 4\]$"):
         scale(torch.randn(2, 4), 2.0, out=torch.empty(4, 2))
 
 
@@ -65,6 +65,39 @@ def test_strided_input_is_rejected_by_the_launcher():
     x = torch.randn(16)[::2]  # a 1-d view with stride 2
     with pytest.raises(ValueError, match="src"):
         scale(x, 2.0)
+
+
+@pytest.fixture(scope="module")
+def launcher():
+    """The fp16 launcher itself, called with tensors of any rank as they are."""
+    return load_jit("scale", "fp16_t", "false", cuda_files=["elementwise/scale.cuh"],
+                    cuda_wrappers=[("scale", "scale<fp16_t, false>")], backend="emu").scale
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (4, 33, 5), (2, 1, 3, 1, 2, 1, 2, 1, 3, 2)], ids=str)
+def test_launcher_takes_any_rank(launcher, shape):
+    x = torch.randn(shape).half()
+    out = torch.full_like(x, 7.0)
+    launcher(out, x, 0.5)
+    assert torch.equal(out, reference(x, 0.5))
+
+
+def test_launcher_errors_name_the_tensor_and_what_was_expected(launcher):
+    x = torch.randn(4, 33).half()
+    cases = [
+        (torch.empty(4, 32, dtype=torch.float16), x, ValueError,
+         r"^'src': expected shape \[4, 32\] \(from 'out'\), got \[4, 33\]$"),
+        (torch.empty(132, dtype=torch.float16), x, ValueError,
+         r"^'src': expected shape \[132\] \(from 'out'\), got \[4, 33\]$"),
+        (torch.empty(4, 33), x, TypeError, r"^'out': expected dtype float16, got float32$"),
+        (torch.empty(4, 33, dtype=torch.float16), x.float(), TypeError, r"^'src': expected dtype float16, got float32$"),
+        (torch.empty(33, 4, dtype=torch.float16).t(), x, ValueError, r"^'out': expected a contiguous tensor"),
+        (torch.empty(4, 33, dtype=torch.float16), torch.randn(33, 4).half().t(), ValueError,
+         r"^'src': expected a contiguous tensor"),
+    ]
+    for out, src, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            launcher(out, src, 2.0)
 
 
 def test_specializations_describe_the_builds():

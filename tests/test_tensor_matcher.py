@@ -23,7 +23,11 @@ def mod():
             ("match_strided", "match_strided"),
             ("match_same_dtype", "match_same_dtype"),
             ("match_unnamed", "match_unnamed"),
+            ("match_shape_of", "match_shape_of"),
             ("check_positive", "check_positive"),
+            ("check_kind", "check_kind"),
+            ("check_in_if_else", "check_in_if_else"),
+            ("check_panic", "check_panic"),
         ],
     )
 
@@ -92,7 +96,50 @@ def test_unnamed_tensor_is_reported_by_position(mod):
         mod.match_unnamed(torch.zeros(3))
 
 
+@pytest.mark.parametrize("shape", [(), (3,), (2, 3, 4), (1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 3)], ids=str)
+def test_shape_of_another_tensor_any_rank(mod, shape):
+    mod.match_shape_of(torch.zeros(shape), torch.ones(shape, dtype=torch.int64), torch.zeros(shape))
+
+
+def test_shape_of_another_tensor_mismatch(mod):
+    with pytest.raises(ValueError, match=r"^'a': expected shape \[2, 3, 4\] \(from 'b'\), got \[2, 3\]$"):
+        mod.match_shape_of(torch.zeros(2, 3), torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match=r"^'a': expected shape \[\] \(from 'b'\), got \[1\]$"):
+        mod.match_shape_of(torch.zeros(1), torch.zeros(()), torch.zeros(()))
+    with pytest.raises(ValueError, match=r"^'b': expected a contiguous tensor"):
+        mod.match_shape_of(torch.zeros(3, 2), torch.zeros(2, 3).t(), torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"^'c': expected shape \[3\], got \[4\]$"):
+        mod.match_shape_of(torch.zeros(3), torch.zeros(3), torch.zeros(4))
+
+
 def test_check_host_streams_its_message_only_on_failure(mod):
     assert mod.check_positive(17) == 3
     with pytest.raises(RuntimeError, match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -2"):
         mod.check_positive(-2)
+
+
+def test_kernkit_check_raises_its_kind_with_exactly_the_message(mod):
+    mod.check_kind(5)
+    with pytest.raises(ValueError) as e:
+        mod.check_kind(-1)
+    assert str(e.value) == "'n': expected n >= 0, got -1"
+    with pytest.raises(TypeError) as e:
+        mod.check_kind(100)
+    assert str(e.value) == "'n': expected n < 100, got 100"
+
+
+def test_check_macros_are_single_statements(mod):
+    assert mod.check_in_if_else(False, 5) == -1
+    assert mod.check_in_if_else(True, 5) == 5
+    with pytest.raises(RuntimeError, match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -3"):
+        mod.check_in_if_else(True, -3)
+    with pytest.raises(ValueError, match=r"^'n': expected n < 10, got 12$"):
+        mod.check_in_if_else(True, 12)
+
+
+def test_panic_and_runtime_check_raise_runtime_error(mod):
+    mod.check_panic(0)
+    with pytest.raises(RuntimeError, match=r"^RuntimeCheck: n is 1$"):
+        mod.check_panic(1)
+    with pytest.raises(RuntimeError, match=r"^Panic: n is 2$"):
+        mod.check_panic(2)

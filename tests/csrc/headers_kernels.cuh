@@ -169,7 +169,7 @@ struct Reduce {
           host::Panic("no SUM for fp8");
         } else {
           host::LaunchKernel(static_cast<uint32_t>(n / 128), 128, device.unwrap())(
-              warp_reduce_kernel<kOp, T>, static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), n);
+              warp_reduce_kernel<kOp, T>, host::data_ptr<const T>(in), host::data_ptr<T>(out), n);
         }
       });
     });
@@ -191,7 +191,7 @@ struct Reduce {
           host::Panic("no SUM for fp8");
         } else {
           host::LaunchKernel(static_cast<uint32_t>(blocks), static_cast<uint32_t>(block), device.unwrap())(
-              cta_reduce_kernel<kOp, T>, static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()));
+              cta_reduce_kernel<kOp, T>, host::data_ptr<const T>(in), host::data_ptr<T>(out));
         }
       });
     });
@@ -203,7 +203,7 @@ struct Reduce {
       using T = typename decltype(tag)::type;
       host::SymbolicDevice device;
       verify<unpacked_t<T>>(out, "out", {3}, lanes, device);
-      host::LaunchKernel(1, 1, device.unwrap())(identity_kernel<T>, static_cast<T*>(out.data_ptr()));
+      host::LaunchKernel(1, 1, device.unwrap())(identity_kernel<T>, host::data_ptr<T>(out));
     });
   }
 };
@@ -235,7 +235,7 @@ inline void cast(tvm::ffi::TensorView in, tvm::ffi::TensorView out, int64_t lane
       verify<unpacked_t<To>>(out, "out", {n}, lanes, device);
       if (n == 0) return;
       host::LaunchKernel(static_cast<uint32_t>(host::div_ceil(n, int64_t{256})), 256, device.unwrap())(
-          cast_kernel<To, From>, static_cast<const From*>(in.data_ptr()), static_cast<To*>(out.data_ptr()), n);
+          cast_kernel<To, From>, host::data_ptr<const From>(in), host::data_ptr<To>(out), n);
       }
     });
   });
@@ -283,8 +283,8 @@ inline void math(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::Tenso
     verify<E>(out, "out", {9, n}, lanes, device);
     if (n == 0) return;
     host::LaunchKernel(static_cast<uint32_t>(host::div_ceil(n, int64_t{256})), 256, device.unwrap())(
-        math_kernel<T>, static_cast<const T*>(a.data_ptr()), static_cast<const T*>(b.data_ptr()),
-        static_cast<T*>(out.data_ptr()), n);
+        math_kernel<T>, host::data_ptr<const T>(a), host::data_ptr<const T>(b),
+        host::data_ptr<T>(out), n);
   });
 }
 
@@ -309,8 +309,8 @@ inline void atomic_minmax(tvm::ffi::TensorView in, tvm::ffi::TensorView out_max,
   TensorMatcher({M}).with_device<kDLCUDA>(device).with_dtype<float>().verify(out_max, "out_max").verify(out_min, "out_min");
   const int64_t n = N.unwrap();
   if (n == 0) return;
-  LaunchKernel(4, 128, device.unwrap())(atomic_kernel, static_cast<const float*>(in.data_ptr()),
-                                        static_cast<float*>(out_max.data_ptr()), static_cast<float*>(out_min.data_ptr()),
+  LaunchKernel(4, 128, device.unwrap())(atomic_kernel, host::data_ptr<const float>(in),
+                                        host::data_ptr<float>(out_max), host::data_ptr<float>(out_min),
                                         n, M.unwrap());
 }
 
@@ -348,14 +348,14 @@ inline void vector_max(tvm::ffi::TensorView in, tvm::ffi::TensorView out, double
     verify<T>(out, "out", {n}, 1, device);
     CHECK_HOST(vec_bytes % static_cast<int64_t>(sizeof(T)) == 0) << "vec_bytes";
     const int64_t vec_n = vec_bytes / static_cast<int64_t>(sizeof(T));
-    CHECK_HOST(reinterpret_cast<uintptr_t>(in.data_ptr()) % vec_bytes == 0 &&
-               reinterpret_cast<uintptr_t>(out.data_ptr()) % vec_bytes == 0)
+    CHECK_HOST(reinterpret_cast<uintptr_t>(host::data_ptr(in)) % vec_bytes == 0 &&
+               reinterpret_cast<uintptr_t>(host::data_ptr(out)) % vec_bytes == 0)
         << "tensors must be aligned to the vector size";
     auto launch = [&](auto n_c) {
       constexpr int kN = decltype(n_c)::value;
       if constexpr (sizeof(T) * kN <= 32) {
-        host::LaunchKernel(3, 64, device.unwrap())(vector_kernel<T, kN>, static_cast<const T*>(in.data_ptr()),
-                                                   static_cast<T*>(out.data_ptr()), static_cast<float>(fill), n);
+        host::LaunchKernel(3, 64, device.unwrap())(vector_kernel<T, kN>, host::data_ptr<const T>(in),
+                                                   host::data_ptr<T>(out), static_cast<float>(fill), n);
       } else {
         host::Panic("vector too wide");
       }
@@ -414,10 +414,10 @@ inline void tile_abs(tvm::ffi::TensorView in, tvm::ffi::TensorView out, int64_t 
     host::SymbolicDevice device;
     verify<T>(in, "in", {n}, 1, device);
     verify<T>(out, "out", {n}, 1, device);
-    CHECK_HOST(reinterpret_cast<uintptr_t>(in.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0)
+    CHECK_HOST(reinterpret_cast<uintptr_t>(host::data_ptr(in)) % 16 == 0 && reinterpret_cast<uintptr_t>(host::data_ptr(out)) % 16 == 0)
         << "tensors must be 16-byte aligned";
     host::LaunchKernel(1, static_cast<uint32_t>(block), device.unwrap())(
-        tile_kernel<T>, static_cast<const T*>(in.data_ptr()), static_cast<T*>(out.data_ptr()), n,
+        tile_kernel<T>, host::data_ptr<const T>(in), host::data_ptr<T>(out), n,
         static_cast<int32_t>(mode));
   });
 }

@@ -37,6 +37,13 @@ inline void match_same_dtype(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
   TensorMatcher({-1}).with_dtype(dtype).verify(b, "b");
 }
 
+/// Any rank: `a` must have the shape of `b`, both contiguous, on the CPU; `c` the shape of `b`
+/// too, reported without naming where the shape came from.
+inline void match_shape_of(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c) {
+  host::TensorMatcher(b.shape(), "b").with_device<kDLCPU>().verify(a, "a").verify(b, "b");
+  host::TensorMatcher(b.shape()).verify(c, "c");
+}
+
 /// Unnamed tensors are reported by position.
 inline void match_unnamed(tvm::ffi::TensorView a) {
   host::TensorMatcher({4}).verify(a);
@@ -46,6 +53,32 @@ inline void match_unnamed(tvm::ffi::TensorView a) {
 inline int64_t check_positive(int64_t n) {
   CHECK_HOST(n > 0) << "n must be positive, got " << n;
   return host::div_ceil(n, int64_t{8});
+}
+
+/// KERNKIT_CHECK: the Python exception class given as a bare token; the message is exactly what
+/// was streamed.
+inline void check_kind(int64_t n) {
+  KERNKIT_CHECK(n >= 0, ValueError) << "'n': expected n >= 0, got " << n;
+  KERNKIT_CHECK(n < 100, TypeError) << "'n': expected n < 100, got " << n;
+}
+
+/// The check macros are single statements: the `else` below belongs to `if (guard)`.
+inline int64_t check_in_if_else(bool guard, int64_t n) {
+  if (guard)
+    CHECK_HOST(n > 0) << "n must be positive, got " << n;
+  else
+    return -1;
+  if (!guard)
+    return -2;
+  else
+    KERNKIT_CHECK(n < 10, ValueError) << "'n': expected n < 10, got " << n;
+  return n;
+}
+
+/// Panic and RuntimeCheck throw RuntimeError with the concatenated parts.
+inline void check_panic(int64_t n) {
+  host::RuntimeCheck(n != 1, "RuntimeCheck: n is ", n);
+  if (n == 2) host::Panic("Panic: n is ", n);
 }
 
 }  // namespace kernkit

@@ -24,7 +24,7 @@ struct TinyAdd {
     if (n == 0) return;
     constexpr uint32_t kBlock = 256;
     LaunchKernel(static_cast<uint32_t>(div_ceil(n, int64_t{kBlock})), kBlock, device.unwrap())(
-        tiny_add_kernel<T, kAdd>, static_cast<T*>(x.data_ptr()), n);
+        tiny_add_kernel<T, kAdd>, host::data_ptr<T>(x), n);
   }
 };
 

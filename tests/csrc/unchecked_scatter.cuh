@@ -34,8 +34,8 @@ struct UncheckedScatter {
     if (n == 0) return;
     constexpr uint32_t kBlock = 128;
     LaunchKernel(static_cast<uint32_t>(div_ceil(n, int64_t{kBlock})), kBlock, device.unwrap())(
-        unchecked_scatter_kernel<T>, static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()),
-        static_cast<const int64_t*>(idx.data_ptr()), n);
+        unchecked_scatter_kernel<T>, host::data_ptr<T>(dst), host::data_ptr<const T>(src),
+        host::data_ptr<const int64_t>(idx), n);
   }
 };
 

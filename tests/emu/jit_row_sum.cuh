@@ -35,7 +35,7 @@ struct RowSum {
     TensorMatcher({R}).with_device<kDLCUDA>(device).with_dtype<float>().verify(out, "out");
     constexpr uint32_t kBlock = 128;
     LaunchKernel(static_cast<uint32_t>(R.unwrap()), kBlock, device.unwrap(), kBlock / 32 * sizeof(float))(
-        row_sum_kernel<kBroken>, static_cast<const float*>(x.data_ptr()), static_cast<float*>(out.data_ptr()),
+        row_sum_kernel<kBroken>, host::data_ptr<const float>(x), host::data_ptr<float>(out),
         C.unwrap());
   }
 };

@@ -1,6 +1,6 @@
 /// \file tensor.h
 /// \brief Tensor validation for host launchers: `TensorMatcher` with symbolic sizes, dtypes and
-/// devices.
+/// devices; and `data_ptr`, the address of a tensor's first element.
 ///
 /// A launcher describes the tensors it accepts once and verifies every `tvm::ffi::TensorView`
 /// against the description. Named symbolic sizes bind on the first tensor that mentions them and
@@ -19,20 +19,23 @@
 ///       .verify(dst, "dst").verify(src, "src");
 ///   TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>()
 ///       .verify(indices, "indices");
+///   // Any rank: `src` must have the shape of `out`.
+///   TensorMatcher(out.shape(), "out").with_device<kDLCUDA>(device).with_dtype<T>()
+///       .verify(out, "out").verify(src, "src");
 /// \endcode
 #pragma once
 
 #include <kernkit/utils.h>
 
 #include <dlpack/dlpack.h>
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/container/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <sstream>
 #include <string>
-#include <type_traits>
-#include <vector>
 
 #if defined(__CUDACC__) || defined(KERNKIT_EMU) || __has_include(<cuda_fp16.h>)
 #include <cuda_bf16.h>
@@ -115,6 +118,20 @@ inline std::string device_type_name(int32_t type) {
   }
 }
 
+/// \brief The address of the first element of `t`: `t.data_ptr()` advanced by `t.byte_offset()`.
+///
+/// DLPack lets a tensor's elements start `byte_offset()` bytes after its data pointer (torch
+/// exports 0, other producers need not), so a launcher reads every tensor's address through
+/// this accessor, never through `data_ptr()` alone. Ask for `const T` for a tensor the kernel
+/// only reads: `data_ptr<const T>(src)`.
+/// \tparam T The element type to point at; `void` (the default) or `const void` for bytes.
+/// \param t The tensor.
+/// \return The address of its first element.
+template <typename T = void>
+inline T* data_ptr(const tvm::ffi::TensorView& t) {
+  return static_cast<T*>(static_cast<void*>(static_cast<char*>(t.data_ptr()) + t.byte_offset()));
+}
+
 namespace detail {
 
 /// Who bound a symbol or failed a check: a role name, or the tensor's position in the matcher.
@@ -122,8 +139,8 @@ namespace detail {
 struct Who {
   const char* role = nullptr;
   int32_t index = 0;
-  std::string str() const {
-    return role ? std::string("'") + role + "'" : "tensor #" + std::to_string(index);
+  friend std::ostream& operator<<(std::ostream& os, const Who& who) {
+    return who.role ? os << "'" << who.role << "'" : os << "tensor #" << who.index;
   }
 };
 
@@ -138,6 +155,11 @@ inline std::string format_list(const Seq& seq) {
   }
   os << "]";
   return os.str();
+}
+
+/// Whether two shapes have the same rank and extents.
+inline bool same_shape(tvm::ffi::ShapeView a, tvm::ffi::ShapeView b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 /// Under the CPU emulator a launcher that asks for CUDA tensors takes CPU tensors: the same
@@ -174,7 +196,7 @@ class SymbolicSize {
   /// \brief The bound value; throws when nothing bound it.
   /// \return The value.
   int64_t unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", std::string("symbolic size '") + name_ + "' was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic size '" << name_ << "' was never bound";
     return value_;
   }
   /// \brief The name given at construction.
@@ -188,8 +210,9 @@ class SymbolicSize {
   detail::Who bound_by_;
 };
 
-/// \brief The most options a `SymbolicDType` or `SymbolicDevice` may be restricted to (kept in
-/// fixed arrays, so that setting them allocates nothing on a launcher's per-call path).
+/// \brief The most options a `SymbolicDType`, a `SymbolicDevice` or a `TensorMatcher`'s
+/// `with_dtype` / `with_device` may be restricted to (kept in fixed arrays, so that setting them
+/// allocates nothing on a launcher's per-call path).
 inline constexpr int32_t kMaxSymbolOptions = 8;
 
 /// \brief A dtype that binds on first use, optionally restricted to a set of C++ types.
@@ -213,13 +236,8 @@ class SymbolicDType {
   bool has_value() const { return bound_; }
   /// \brief The bound dtype; throws when nothing bound it.
   DLDataType unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", "symbolic dtype was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic dtype was never bound";
     return value_;
-  }
-  /// \brief Whether the bound dtype is the C++ type `T`.
-  template <typename T>
-  bool is() const {
-    return bound_ && is_type<T>(value_);
   }
 
  private:
@@ -251,7 +269,7 @@ class SymbolicDevice {
   bool has_value() const { return bound_; }
   /// \brief The bound device; throws when nothing bound it.
   DLDevice unwrap() const {
-    if (!bound_) throw PanicError("RuntimeError", "symbolic device was never bound");
+    KERNKIT_CHECK(bound_, RuntimeError) << "symbolic device was never bound";
     return value_;
   }
 
@@ -299,10 +317,21 @@ class TensorMatcher {
   /// \param shape One entry per dimension.
   TensorMatcher(std::initializer_list<SizePattern> shape) : rank_(copy(shape, shape_)) {}
 
+  /// \brief Match tensors of exactly the shape `shape`, of any rank: typically another tensor's,
+  /// so that tensors must agree on every dimension whatever their rank
+  /// (`TensorMatcher(out.shape(), "out")...verify(out, "out").verify(src, "src")`). A mismatch
+  /// says `'src': expected shape [4, 33] (from 'out'), got [4, 32]`. The shape is referenced, not
+  /// copied: it must outlive the matcher (a tensor argument's shape does).
+  /// \param shape The required shape.
+  /// \param from The role of the tensor `shape` belongs to, for messages; none by default.
+  explicit TensorMatcher(tvm::ffi::ShapeView shape, const char* from = nullptr)
+      : rank_(static_cast<int32_t>(shape.size())), fixed_shape_(shape), fixed_shape_from_(from),
+        has_fixed_shape_(true) {}
+
   /// \brief Require the dtype to be one of `Ts`.
   template <typename... Ts>
   TensorMatcher& with_dtype() {
-    static_assert(sizeof...(Ts) > 0 && sizeof...(Ts) <= kMaxOptions, "with_dtype takes 1 to 8 types");
+    static_assert(sizeof...(Ts) > 0 && sizeof...(Ts) <= kMaxSymbolOptions, "with_dtype takes 1 to 8 types");
     const DLDataType list[] = {DLDTypeOf<Ts>::value...};
     num_dtypes_ = static_cast<int32_t>(sizeof...(Ts));
     for (int32_t i = 0; i < num_dtypes_; ++i) dtypes_[i] = list[i];
@@ -327,7 +356,7 @@ class TensorMatcher {
   /// \brief Require one of the device types `Types`.
   template <DLDeviceType... Types>
   TensorMatcher& with_device() {
-    static_assert(sizeof...(Types) <= kMaxOptions, "with_device takes at most 8 device types");
+    static_assert(sizeof...(Types) <= kMaxSymbolOptions, "with_device takes at most 8 device types");
     const int32_t list[] = {detail::effective_device_type(Types)..., 0};
     num_device_types_ = static_cast<int32_t>(sizeof...(Types));
     for (int32_t i = 0; i < num_device_types_; ++i) device_types_[i] = list[i];
@@ -348,18 +377,24 @@ class TensorMatcher {
   const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const {
     const detail::Who who{role, ++count_};
     const auto shape = tensor.shape();
-    if (tensor.ndim() != rank_) {
-      fail("ValueError", who, "expected a " + std::to_string(rank_) + "-d tensor, got " +
-                                  std::to_string(tensor.ndim()) + "-d with shape " + detail::format_list(shape));
+    if (!has_fixed_shape_) {
+      KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
+          << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
+          << detail::format_list(shape);
     }
     check_dtype(tensor.dtype(), who);
     check_device(tensor.device(), who);
-    for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+    if (has_fixed_shape_) {
+      KERNKIT_CHECK(detail::same_shape(shape, fixed_shape_), ValueError)
+          << who << ": expected shape " << detail::format_list(fixed_shape_)
+          << (fixed_shape_from_ ? std::string(" (from '") + fixed_shape_from_ + "')" : std::string()) << ", got "
+          << detail::format_list(shape);
+    } else {
+      for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+    }
     if (has_strides_) {
-      if (num_strides_ != rank_) {
-        fail("RuntimeError", who, "stride pattern has " + std::to_string(num_strides_) + " entries for a " +
-                                      std::to_string(rank_) + "-d shape pattern");
-      }
+      KERNKIT_CHECK(num_strides_ == rank_, RuntimeError)
+          << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
       const auto strides = tensor.strides();
       for (int32_t i = 0; i < rank_; ++i) {
         // The stride of a dimension of size 1 never affects an address; torch reports various
@@ -367,38 +402,30 @@ class TensorMatcher {
         if (shape[i] == 1 && strides_[i].sym_ == nullptr) continue;
         check_size(strides_[i], strides[i], who, "stride", i, strides);
       }
-    } else if (!tensor.is_contiguous()) {
-      fail("ValueError", who, "expected a contiguous tensor, got shape " + detail::format_list(shape) +
-                                  " with strides " + detail::format_list(tensor.strides()));
+    } else {
+      KERNKIT_CHECK(tensor.is_contiguous(), ValueError)
+          << who << ": expected a contiguous tensor, got shape " << detail::format_list(shape) << " with strides "
+          << detail::format_list(tensor.strides());
     }
     return *this;
   }
 
  private:
-  static constexpr int32_t kMaxOptions = 8;
-
   static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to) {
-    if (from.size() > static_cast<size_t>(kMaxRank)) {
-      throw PanicError("RuntimeError", "TensorMatcher patterns have at most 8 entries");
-    }
+    KERNKIT_CHECK(from.size() <= static_cast<size_t>(kMaxRank), RuntimeError)
+        << "TensorMatcher patterns have at most 8 entries";
     int32_t n = 0;
     for (const auto& p : from) to[n++] = p;
     return n;
-  }
-
-  [[noreturn]] static void fail(const char* kind, const detail::Who& who, const std::string& what) {
-    throw PanicError(kind, who.str() + ": " + what);
   }
 
   template <typename Seq>
   static void check_size(const SizePattern& pat, int64_t actual, const detail::Who& who, const char* what,
                          int32_t i, const Seq& all) {
     if (pat.sym_ == nullptr) {
-      if (pat.value_ >= 0 && pat.value_ != actual) {
-        fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " expected " +
-                                    std::to_string(pat.value_) + ", got " + std::to_string(actual) + " (" + what +
-                                    "s " + detail::format_list(all) + ")");
-      }
+      KERNKIT_CHECK(pat.value_ < 0 || pat.value_ == actual, ValueError)
+          << who << ": " << what << " " << i << " expected " << pat.value_ << ", got " << actual << " (" << what
+          << "s " << detail::format_list(all) << ")";
       return;
     }
     SymbolicSize& sym = *pat.sym_;
@@ -408,19 +435,16 @@ class TensorMatcher {
       sym.bound_by_ = who;
       return;
     }
-    if (sym.value_ != actual) {
-      fail("ValueError", who, std::string(what) + " " + std::to_string(i) + " ('" + sym.name_ + "') expected " +
-                                  std::to_string(sym.value_) + " (from " + sym.bound_by_.str() + "), got " +
-                                  std::to_string(actual) + " (" + what + "s " + detail::format_list(all) + ")");
-    }
+    KERNKIT_CHECK(sym.value_ == actual, ValueError)
+        << who << ": " << what << " " << i << " ('" << sym.name_ << "') expected " << sym.value_ << " (from "
+        << sym.bound_by_ << "), got " << actual << " (" << what << "s " << detail::format_list(all) << ")";
   }
 
   void check_dtype(DLDataType dtype, const detail::Who& who) const {
     // A dtype another tensor already bound is the clearer message: it names both tensors.
-    if (dtype_sym_ != nullptr && dtype_sym_->bound_ && !dtype_equal(dtype_sym_->value_, dtype)) {
-      fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
-                                 dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
-    }
+    KERNKIT_CHECK(dtype_sym_ == nullptr || !dtype_sym_->bound_ || dtype_equal(dtype_sym_->value_, dtype), TypeError)
+        << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from " << dtype_sym_->bound_by_
+        << "), got " << dtype_name(dtype);
     const DLDataType* allowed = dtypes_;
     int32_t n = num_dtypes_;
     if (n == 0 && dtype_sym_ != nullptr) {
@@ -430,22 +454,17 @@ class TensorMatcher {
     if (n > 0) {
       bool ok = false;
       for (int32_t i = 0; i < n; ++i) ok = ok || dtype_equal(allowed[i], dtype);
-      if (!ok) {
+      if (TVM_FFI_PREDICT_FALSE(!ok)) {
         std::string names;
         for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
-        fail("TypeError", who, "expected dtype " + (n > 1 ? "one of {" + names + "}" : names) + ", got " +
-                                   dtype_name(dtype));
+        TVM_FFI_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
+                                 << ", got " << dtype_name(dtype);
       }
     }
-    if (dtype_sym_ != nullptr) {
-      if (!dtype_sym_->bound_) {
-        dtype_sym_->value_ = dtype;
-        dtype_sym_->bound_ = true;
-        dtype_sym_->bound_by_ = who;
-      } else if (!dtype_equal(dtype_sym_->value_, dtype)) {
-        fail("TypeError", who, "expected dtype " + dtype_name(dtype_sym_->value_) + " (from " +
-                                   dtype_sym_->bound_by_.str() + "), got " + dtype_name(dtype));
-      }
+    if (dtype_sym_ != nullptr && !dtype_sym_->bound_) {
+      dtype_sym_->value_ = dtype;
+      dtype_sym_->bound_ = true;
+      dtype_sym_->bound_by_ = who;
     }
   }
 
@@ -459,10 +478,11 @@ class TensorMatcher {
     if (n > 0) {
       bool ok = false;
       for (int32_t i = 0; i < n; ++i) ok = ok || allowed[i] == device.device_type;
-      if (!ok) {
+      if (TVM_FFI_PREDICT_FALSE(!ok)) {
         std::string names;
         for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
-        fail("ValueError", who, "expected a " + names + " tensor, got " + device_type_name(device.device_type));
+        TVM_FFI_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
+                                  << device_type_name(device.device_type);
       }
     }
     if (device_sym_ != nullptr) {
@@ -472,23 +492,25 @@ class TensorMatcher {
         device_sym_->bound_by_ = who;
       } else if (device_sym_->value_.device_type != device.device_type ||
                  device_sym_->value_.device_id != device.device_id) {
-        fail("ValueError", who, "expected device " + device_type_name(device_sym_->value_.device_type) + ":" +
-                                    std::to_string(device_sym_->value_.device_id) + " (from " +
-                                    device_sym_->bound_by_.str() + "), got " + device_type_name(device.device_type) +
-                                    ":" + std::to_string(device.device_id));
+        TVM_FFI_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
+                                  << ":" << device_sym_->value_.device_id << " (from " << device_sym_->bound_by_
+                                  << "), got " << device_type_name(device.device_type) << ":" << device.device_id;
       }
     }
   }
 
   SizePattern shape_[kMaxRank];
   int32_t rank_;
+  tvm::ffi::ShapeView fixed_shape_;
+  const char* fixed_shape_from_ = nullptr;
+  bool has_fixed_shape_ = false;
   SizePattern strides_[kMaxRank];
   int32_t num_strides_ = 0;
   bool has_strides_ = false;
-  DLDataType dtypes_[kMaxOptions] = {};
+  DLDataType dtypes_[kMaxSymbolOptions] = {};
   int32_t num_dtypes_ = 0;
   SymbolicDType* dtype_sym_ = nullptr;
-  int32_t device_types_[kMaxOptions] = {};
+  int32_t device_types_[kMaxSymbolOptions] = {};
   int32_t num_device_types_ = 0;
   SymbolicDevice* device_sym_ = nullptr;
   mutable int32_t count_ = 0;

@@ -35,14 +35,6 @@
 #include <limits>
 #include <type_traits>
 
-/// \brief `KERNKIT_UNROLL` for nvcc; nothing for a host compiler (the CPU emulator), which
-/// would warn about the unknown pragma.
-#if defined(__CUDACC__) && !defined(KERNKIT_UNROLL)
-#define KERNKIT_UNROLL _Pragma("unroll")
-#elif !defined(KERNKIT_UNROLL)
-#define KERNKIT_UNROLL
-#endif
-
 namespace kernkit {
 
 namespace detail {

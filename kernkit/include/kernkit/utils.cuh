@@ -1,6 +1,6 @@
 /// \file utils.cuh
 /// \brief Device-side basics and the host kernel launcher: type aliases, `KERNKIT_DEVICE`,
-/// `load_as`/`store_as`, the two halves of Programmatic Dependent Launch, `CHECK_CUDA` and
+/// `KERNKIT_UNROLL`, `load_as`/`store_as`, the two halves of Programmatic Dependent Launch, `CHECK_CUDA` and
 /// `LaunchKernel`.
 ///
 /// Under the CPU emulation backend (`KERNKIT_EMU` defined, see `kernkit/emu/runtime.h`) the same
@@ -18,11 +18,18 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 #include <utility>
 
 /// \brief Qualifiers for every kernkit device helper: inlined, device-only.
 #define KERNKIT_DEVICE __forceinline__ __device__
+
+/// \brief `KERNKIT_UNROLL` for nvcc; nothing for a host compiler (the CPU emulator), which
+/// would warn about the unknown pragma.
+#if defined(__CUDACC__) && !defined(KERNKIT_UNROLL)
+#define KERNKIT_UNROLL _Pragma("unroll")
+#elif !defined(KERNKIT_UNROLL)
+#define KERNKIT_UNROLL
+#endif
 
 namespace kernkit {
 
@@ -79,19 +86,6 @@ KERNKIT_DEVICE void store_as(void* __restrict__ ptr, const T& value, int64_t off
   static_cast<T*>(ptr)[offset] = value;
 }
 
-namespace pointer {
-
-/// \brief Advance `ptr` by the sum of `offsets` bytes on the device.
-/// \return The advanced pointer, same constness as `ptr`, as `void*`.
-template <typename P, typename... Offsets>
-KERNKIT_DEVICE auto offset(P* ptr, Offsets... offsets) {
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  using Void = std::conditional_t<std::is_const_v<P>, const void, void>;
-  return static_cast<Void*>(reinterpret_cast<Byte*>(ptr) + (int64_t{0} + ... + static_cast<int64_t>(offsets)));
-}
-
-}  // namespace pointer
-
 /// \brief Wait until the preceding kernel in the stream has finished and its writes are visible
 /// (`griddepcontrol.wait`). Every read of data the preceding kernel wrote must come after it.
 ///
@@ -120,41 +114,11 @@ KERNKIT_DEVICE void PDLTriggerSecondary() {
 
 namespace host {
 
-namespace detail {
-
-/// \brief Throws a `PanicError` describing a CUDA error when destroyed; built only on failure.
-class CudaPanicStream {
- public:
-  CudaPanicStream(cudaError_t err, const char* expr, const char* file, int line) {
-    os_ << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") from "
-        << expr << " (" << file << ":" << line << ")";
-  }
-  CudaPanicStream(const CudaPanicStream&) = delete;
-  CudaPanicStream& operator=(const CudaPanicStream&) = delete;
-  template <typename T>
-  CudaPanicStream& operator<<(const T& value) {
-    os_ << (first_ ? ": " : "") << value;
-    first_ = false;
-    return *this;
-  }
-  [[noreturn]] ~CudaPanicStream() noexcept(false) { throw PanicError("RuntimeError", os_.str()); }
-
- private:
-  std::ostringstream os_;
-  bool first_ = true;
-};
-
-struct CudaVoidify {
-  void operator&(const CudaPanicStream&) const {}
-};
-
-}  // namespace detail
-
 /// \brief Function-style CUDA check: throws `PanicError` when `err` is not `cudaSuccess`.
 /// Prefer `CHECK_CUDA`, which can add context.
 /// \param err The status returned by a CUDA runtime call.
 inline void RuntimeDeviceCheck(cudaError_t err) {
-  if (err != cudaSuccess) {
+  if (TVM_FFI_PREDICT_FALSE(err != cudaSuccess)) {
     Panic("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
   }
 }
@@ -243,10 +207,12 @@ class LaunchKernel {
 
 /// \brief Stream-style CUDA check: `CHECK_CUDA(cudaMemsetAsync(...)) << "while clearing";`
 ///
-/// Evaluates `expr` once; on an error throws `kernkit::host::PanicError` with the CUDA error
-/// name and text, the expression, file and line, and any streamed context.
-#define CHECK_CUDA(expr)                                                                  \
-  if (const cudaError_t kernkit_cuda_err_ = (expr); kernkit_cuda_err_ == cudaSuccess) { \
-  } else                                                                                  \
-    ::kernkit::host::detail::CudaVoidify() &                                              \
-        ::kernkit::host::detail::CudaPanicStream(kernkit_cuda_err_, #expr, __FILE__, __LINE__)
+/// Evaluates `expr` once; on an error throws `kernkit::host::PanicError` (a Python
+/// `RuntimeError`) whose message is `CUDA error <name> (<text>) from <expr> (<file>:<line>): `
+/// followed by the streamed context, which is only evaluated on failure.
+#define CHECK_CUDA(expr)                                                                                   \
+  if (const cudaError_t kernkit_cuda_err_ = (expr); TVM_FFI_PREDICT_TRUE(kernkit_cuda_err_ == cudaSuccess)) { \
+  } else                                                                                                   \
+    TVM_FFI_THROW(RuntimeError) << "CUDA error " << cudaGetErrorName(kernkit_cuda_err_) << " ("             \
+                                << cudaGetErrorString(kernkit_cuda_err_) << ") from " #expr " (" __FILE__ ":" \
+                                << __LINE__ << "): "

@@ -1,84 +1,31 @@
 /// \file utils.h
-/// \brief Host-side utilities shared by every kernkit launcher: errors, checks, ranges and
-/// byte-safe pointer arithmetic. Plain C++17, no CUDA dependency.
+/// \brief Host-side utilities shared by every kernkit launcher: errors and checks (a thin
+/// layer over tvm-ffi's `TVM_FFI_THROW`), ceiling division and integer ranges. Plain C++17, no
+/// CUDA dependency.
 #pragma once
 
 #include <tvm/ffi/error.h>
 
-#include <cstddef>
-#include <cstdint>
-#include <sstream>
-#include <string>
 #include <type_traits>
 #include <utility>
 
 namespace kernkit {
 namespace host {
 
-/// \brief The exception every kernkit host check throws.
+/// \brief The exception every kernkit host check throws: tvm-ffi's own `tvm::ffi::Error`.
 ///
-/// It is a `tvm::ffi::Error`, so it crosses the FFI boundary as a Python exception whose class
-/// is `kind` (`ValueError`, `TypeError`, `RuntimeError`, ...) and whose text is the message.
-class PanicError : public tvm::ffi::Error {
- public:
-  /// \brief Build the error.
-  /// \param kind Python exception class name, e.g. "ValueError".
-  /// \param message The full message.
-  PanicError(std::string kind, std::string message)
-      : tvm::ffi::Error(std::move(kind), std::move(message), std::string()) {}
-};
-
-namespace detail {
-
-/// \brief Collects a message with `operator<<` and throws a `PanicError` when destroyed.
-///
-/// Only ever constructed on the failure path of `CHECK_HOST`, so building the message costs
-/// nothing when the check passes.
-class PanicStream {
- public:
-  /// \brief Start a message that names the failed condition and its source location.
-  PanicStream(const char* kind, const char* cond, const char* file, int line) : kind_(kind) {
-    os_ << "check failed: " << cond << " (" << file << ":" << line << ")";
-    if (cond[0] != '\0') os_ << ": ";
-  }
-  PanicStream(const PanicStream&) = delete;
-  PanicStream& operator=(const PanicStream&) = delete;
-
-  /// \brief Append one value to the message.
-  template <typename T>
-  PanicStream& operator<<(const T& value) {
-    os_ << value;
-    return *this;
-  }
-
-  /// \brief Throw the collected message.
-  [[noreturn]] ~PanicStream() noexcept(false) { throw PanicError(kind_, os_.str()); }
-
- private:
-  const char* kind_;
-  std::ostringstream os_;
-};
-
-/// \brief Lets `CHECK_HOST` be an expression statement that still accepts `<<`.
-struct Voidify {
-  /// \brief Swallow the stream so both branches of the conditional have type void.
-  void operator&(const PanicStream&) const {}
-};
-
-template <typename... Args>
-inline std::string concat(Args&&... args) {
-  std::ostringstream os;
-  (os << ... << std::forward<Args>(args));
-  return os.str();
-}
-
-}  // namespace detail
+/// kernkit has no error class of its own. Every check (`CHECK_HOST`, `KERNKIT_CHECK`, `Panic`,
+/// `RuntimeCheck`, `CHECK_CUDA`, `RuntimeDeviceCheck`, `TensorMatcher`) throws through
+/// `TVM_FFI_THROW(kind)`, so the error crosses the FFI boundary as a Python exception whose class
+/// is `kind()` (`ValueError`, `TypeError`, `RuntimeError`, ...) and whose text is `message()`.
+using PanicError = ::tvm::ffi::Error;
 
 /// \brief Unconditionally throw a `PanicError` (`RuntimeError` in Python) with the given parts.
 /// \param args Values streamed into the message.
 template <typename... Args>
 [[noreturn]] inline void Panic(Args&&... args) {
-  throw PanicError("RuntimeError", detail::concat(std::forward<Args>(args)...));
+  (TVM_FFI_THROW(RuntimeError) << ... << std::forward<Args>(args));
+  TVM_FFI_UNREACHABLE();
 }
 
 /// \brief Function-style check: throws `PanicError` with `args` when `cond` is false.
@@ -88,7 +35,7 @@ template <typename... Args>
 /// \param args Values streamed into the message on failure.
 template <typename... Args>
 inline void RuntimeCheck(bool cond, Args&&... args) {
-  if (!cond) Panic(std::forward<Args>(args)...);
+  if (TVM_FFI_PREDICT_FALSE(!cond)) Panic(std::forward<Args>(args)...);
 }
 
 /// \brief Ceiling division for non-negative integers.
@@ -139,33 +86,24 @@ constexpr IntegerRange<std::common_type_t<T, U>> irange(T begin, U end) {
   return IntegerRange<R>(static_cast<R>(begin), static_cast<R>(end));
 }
 
-namespace pointer {
-
-/// \brief Advance `ptr` by the sum of `offsets`, counted in bytes.
-/// \param ptr A pointer of any object type (const is kept).
-/// \param offsets Byte offsets, added together.
-/// \return The advanced pointer, same constness as `ptr`, as `void*`.
-template <typename P, typename... Offsets>
-inline auto offset(P* ptr, Offsets... offsets) {
-  static_assert((std::is_integral_v<Offsets> && ...), "pointer::offset takes integer offsets");
-  using Byte = std::conditional_t<std::is_const_v<P>, const char, char>;
-  using Void = std::conditional_t<std::is_const_v<P>, const void, void>;
-  return static_cast<Void*>(reinterpret_cast<Byte*>(ptr) + (int64_t{0} + ... + static_cast<int64_t>(offsets)));
-}
-
-}  // namespace pointer
-
 }  // namespace host
 }  // namespace kernkit
 
+/// \brief Stream-style check with the Python exception class given as a bare token, like
+/// `TVM_FFI_CHECK`: `KERNKIT_CHECK(n >= 0, ValueError) << "'n': must be >= 0, got " << n;`
+///
+/// Throws `kernkit::host::PanicError` of kind `ErrorKind` with exactly the streamed message (no
+/// prefix: the message names the argument itself). The streamed values are only evaluated when
+/// the check fails. Safe as the body of an `if` that has an `else`.
+#define KERNKIT_CHECK(cond, ErrorKind) \
+  if (TVM_FFI_PREDICT_TRUE(cond)) {    \
+  } else                               \
+    TVM_FFI_THROW(ErrorKind)
+
 /// \brief Stream-style host check: `CHECK_HOST(n > 0) << "n must be positive, got " << n;`
 ///
-/// Throws `kernkit::host::PanicError` (a Python `RuntimeError`) naming the condition, file and
-/// line. The streamed values are only evaluated when the check fails.
-#define CHECK_HOST(cond) KERNKIT_CHECK_KIND(cond, "RuntimeError")
-
-/// \brief Like `CHECK_HOST`, with the Python exception class given (e.g. "ValueError").
-#define KERNKIT_CHECK_KIND(cond, kind)                 \
-  (cond) ? (void)0                                     \
-         : ::kernkit::host::detail::Voidify() &        \
-               ::kernkit::host::detail::PanicStream(kind, #cond, __FILE__, __LINE__)
+/// Throws `kernkit::host::PanicError` (a Python `RuntimeError`) whose message starts with
+/// `check failed: <cond> (<file>:<line>): `, then the streamed values. Those are only evaluated
+/// when the check fails.
+#define CHECK_HOST(cond) \
+  KERNKIT_CHECK(cond, RuntimeError) << "check failed: " #cond " (" __FILE__ ":" << __LINE__ << "): "

@@ -2,7 +2,7 @@
 /// \brief `scale<T, kUsePDL>`: dst = src * factor, element-wise, for fp16, bf16 and fp32.
 #pragma once
 
-#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice
+#include <kernkit/tensor.h>  // TensorMatcher, SymbolicDevice, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil
@@ -58,31 +58,36 @@ __global__ void scale_kernel(T* __restrict__ dst, const T* __restrict__ src, flo
 
 /// \brief Host launcher of `scale_kernel`: checks the tensors, picks the vector width, launches.
 ///
-/// Both tensors are 1-D, contiguous, on the same CUDA device (a CPU tensor under the emulator),
-/// of dtype `T`, with the same number of elements. An empty tensor launches nothing.
+/// Both tensors are contiguous, of any rank and the same shape, of dtype `T`, on the same CUDA
+/// device (a CPU tensor under the emulator). An empty tensor launches nothing.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
-/// \param dst Output tensor.
+/// \param out Output tensor.
 /// \param src Input tensor.
 /// \param factor The scale factor.
 template <typename T, bool kUsePDL>
-void scale(tvm::ffi::TensorView dst, tvm::ffi::TensorView src, float factor) {
+void scale(tvm::ffi::TensorView out, tvm::ffi::TensorView src, float factor) {
   using namespace host;
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "scale: T must be fp16_t, bf16_t or fp32_t");
 
-  SymbolicSize N{"num_elements"};
+  // Any rank, one shape for both; the kernel sees them as flat arrays.
   SymbolicDevice device;
-  TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<T>().verify(dst, "out").verify(src, "src");
-  const int64_t n = N.unwrap();
+  TensorMatcher(out.shape(), "out")
+      .with_device<kDLCUDA>(device)
+      .with_dtype<T>()
+      .verify(out, "out")
+      .verify(src, "src");
+  const int64_t n = out.numel();
   if (n == 0) return;
 
   // 16-byte vectors need 16-byte aligned pointers; a view that starts mid-vector (x[1:]) takes
   // the scalar variant, which is compiled into the same module.
   constexpr int kVecN = 16 / sizeof(T);
-  const bool aligned = (reinterpret_cast<uintptr_t>(dst.data_ptr()) | reinterpret_cast<uintptr_t>(src.data_ptr())) %
-                           (kVecN * sizeof(T)) ==
-                       0;
+  T* const out_ptr = data_ptr<T>(out);
+  const T* const src_ptr = data_ptr<const T>(src);
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(out_ptr) | reinterpret_cast<uintptr_t>(src_ptr)) % (kVecN * sizeof(T)) == 0;
   const auto kernel = aligned ? scale_kernel<T, kVecN, kUsePDL> : scale_kernel<T, 1, kUsePDL>;
   const int64_t items = div_ceil(n, aligned ? int64_t{kVecN} : int64_t{1});
 
@@ -91,8 +96,7 @@ void scale(tvm::ffi::TensorView dst, tvm::ffi::TensorView src, float factor) {
   constexpr int64_t kMaxBlocks = int64_t{1} << 16;
   const auto grid = static_cast<uint32_t>(std::min(div_ceil(items, int64_t{kBlockSize}), kMaxBlocks));
 
-  LaunchKernel(grid, kBlockSize, device.unwrap())
-      .enable_pdl(kUsePDL)(kernel, static_cast<T*>(dst.data_ptr()), static_cast<const T*>(src.data_ptr()), factor, n);
+  LaunchKernel(grid, kBlockSize, device.unwrap()).enable_pdl(kUsePDL)(kernel, out_ptr, src_ptr, factor, n);
 }
 
 }  // namespace kernkit

@@ -8,14 +8,15 @@
 /// read the table, so an out-of-range id cannot read out of bounds.
 #pragma once
 
+#include <kernkit/rows.cuh>
 #include <kernkit/tensor.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
 
-#include <kvcache/rows.cuh>
-
 #include <dlpack/dlpack.h>
+#include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/optional.h>
 
 #include <cstdint>
 
@@ -57,10 +58,10 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
   const V* __restrict__ w =
       reinterpret_cast<const V*>(static_cast<const char*>(p.weight) + (valid ? local : 0) * p.weight_stride);
 
-  KERNKIT_ROWS_UNROLL
+  KERNKIT_UNROLL
   for (int64_t base = 0; base < Layout::kIters; base += Layout::kBatch) {
     V r[Layout::kBatch];
-    KERNKIT_ROWS_UNROLL
+    KERNKIT_UNROLL
     for (int64_t b = 0; b < Layout::kBatch; ++b) {
       const int64_t j = lane + (base + b) * Layout::kGroup;
       if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) {
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
       }
     }
     if (base == 0) device::PDLTriggerSecondary<kUsePDL>();
-    KERNKIT_ROWS_UNROLL
+    KERNKIT_UNROLL
     for (int64_t b = 0; b < Layout::kBatch; ++b) {
       const int64_t j = lane + (base + b) * Layout::kGroup;
       if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) out[j] = r[b];
@@ -87,11 +88,12 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
 /// \param out [n, hidden], written; rows may be strided.
 /// \param weight [rows, hidden], same dtype: the table (or this rank's shard of it).
 /// \param ids int32 or int64 [n].
-/// \param start First id the table holds.
-/// \param length Ids the table holds, at most its rows.
+/// \param vocab_range `(start, length)`: the first id the table holds and how many ids it holds
+/// (`start >= 0`, `0 <= length <= rows`); None means `(0, rows)`. From Python: a tuple or list
+/// of two ints, or None.
 template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPerThread, bool kUsePDL>
-void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::TensorView ids, int64_t start,
-              int64_t length) {
+void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::TensorView ids,
+              tvm::ffi::Optional<tvm::ffi::Array<int64_t>> vocab_range) {
   using namespace host;
   constexpr int64_t kRowElems = ::kernkit::device::rows::RowSpec<kElemBytes, kRowBytes, kMaxVec>::kRowElems;
 
@@ -105,19 +107,28 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   rows::RowShape out_shape;
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(ids, "ids");
   const auto w = rows::verify_rows<kRowElems>(weight, "weight", vocab, weight_shape, dtype, device);
-  KERNKIT_CHECK_KIND(weight.ndim() == 2, "ValueError")
+  KERNKIT_CHECK(weight.ndim() == 2, ValueError)
       << "'weight': expected a 2-d [rows, hidden] table, got " << weight.ndim() << "-d";
   const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device, true);
-  KERNKIT_CHECK_KIND(out.ndim() == 2, "ValueError")
+  KERNKIT_CHECK(out.ndim() == 2, ValueError)
       << "'out': expected a 2-d [n, hidden] tensor, got " << out.ndim() << "-d";
-  KERNKIT_CHECK_KIND(length >= 0 && length <= vocab.unwrap(), "ValueError")
+  int64_t start = 0;
+  int64_t length = vocab.unwrap();
+  if (vocab_range.has_value()) {
+    const tvm::ffi::Array<int64_t> range = *vocab_range;
+    KERNKIT_CHECK(range.size() == 2, ValueError)
+        << "'vocab_range': expected (start, length), got " << range.size() << " values";
+    start = range[0];
+    length = range[1];
+  }
+  KERNKIT_CHECK(length >= 0 && length <= vocab.unwrap(), ValueError)
       << "'vocab_range': length " << length << " must lie in [0, " << vocab.unwrap() << "], the rows of 'weight'";
-  KERNKIT_CHECK_KIND(start >= 0, "ValueError") << "'vocab_range': start " << start << " must be >= 0";
+  KERNKIT_CHECK(start >= 0, ValueError) << "'vocab_range': start " << start << " must be >= 0";
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;
-  const IndexingParams params{o.data, w.data, rows::data_address(ids), o.row_stride_bytes, w.row_stride_bytes,
-                              n,      start,  length,         ids.dtype().bits == 64};
+  const IndexingParams params{o.data, w.data, data_ptr<const void>(ids), o.row_stride_bytes, w.row_stride_bytes,
+                              n, start, length, ids.dtype().bits == 64};
   const uint64_t bits = reinterpret_cast<uintptr_t>(o.data) | reinterpret_cast<uintptr_t>(w.data) |
                         static_cast<uint64_t>(o.row_stride_bytes) | static_cast<uint64_t>(w.row_stride_bytes);
   const DLDevice dev = device.unwrap();

@@ -8,11 +8,10 @@
 /// (CUDA-graph padding uses such indices).
 #pragma once
 
+#include <kernkit/rows.cuh>
 #include <kernkit/tensor.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
-
-#include <kvcache/rows.cuh>
 
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
@@ -40,7 +39,7 @@ struct StoreKVParams {
 /// \brief Load vectors `base .. base + kBatch` of a thread's share of a row into `r`.
 template <typename Layout, typename V>
 KERNKIT_DEVICE void load_batch(V (&r)[Layout::kBatch], const V* __restrict__ src, uint32_t lane, int64_t base) {
-  KERNKIT_ROWS_UNROLL
+  KERNKIT_UNROLL
   for (int64_t b = 0; b < Layout::kBatch; ++b) {
     const int64_t j = lane + (base + b) * Layout::kGroup;
     if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) r[b] = device::rows::load_ro(src + j);
@@ -50,7 +49,7 @@ KERNKIT_DEVICE void load_batch(V (&r)[Layout::kBatch], const V* __restrict__ src
 /// \brief Store what `load_batch` loaded; with `kStream`, as streaming (evict-first) stores.
 template <typename Layout, bool kStream, typename V>
 KERNKIT_DEVICE void store_batch(V* __restrict__ dst, const V (&r)[Layout::kBatch], uint32_t lane, int64_t base) {
-  KERNKIT_ROWS_UNROLL
+  KERNKIT_UNROLL
   for (int64_t b = 0; b < Layout::kBatch; ++b) {
     const int64_t j = lane + (base + b) * Layout::kGroup;
     if ((base + b) < Layout::kIters && (Layout::kExact || j < Layout::kChunks)) {
@@ -100,7 +99,7 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) store_kv_kernel(c
   V* __restrict__ vc = reinterpret_cast<V*>(static_cast<char*>(p.v_cache) + dst * p.v_cache_stride);
   store_batch<Layout, kStreamStores>(kc, rk, lane, 0);
   store_batch<Layout, kStreamStores>(vc, rv, lane, 0);
-  KERNKIT_ROWS_UNROLL
+  KERNKIT_UNROLL
   for (int64_t base = Layout::kBatch; base < Layout::kIters; base += Layout::kBatch) {
     load_batch<Layout>(rk, k, lane, base);
     load_batch<Layout>(rv, v, lane, base);
@@ -150,9 +149,9 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;
-  StoreKVParams params{kc.data,           vc.data,           kk.data,          vv.data,
-                       rows::data_address(indices), kc.row_stride_bytes, vc.row_stride_bytes, kk.row_stride_bytes,
-                       vv.row_stride_bytes, n,                 pool.unwrap(),    indices.dtype().bits == 64};
+  StoreKVParams params{kc.data, vc.data, kk.data, vv.data, data_ptr<const void>(indices),
+                       kc.row_stride_bytes, vc.row_stride_bytes, kk.row_stride_bytes, vv.row_stride_bytes,
+                       n, pool.unwrap(), indices.dtype().bits == 64};
   const uint64_t bits = reinterpret_cast<uintptr_t>(kc.data) | reinterpret_cast<uintptr_t>(vc.data) |
                         reinterpret_cast<uintptr_t>(kk.data) | reinterpret_cast<uintptr_t>(vv.data) |
                         static_cast<uint64_t>(kc.row_stride_bytes) | static_cast<uint64_t>(vc.row_stride_bytes) |

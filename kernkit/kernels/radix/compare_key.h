@@ -75,9 +75,7 @@ inline int64_t compare_key(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
   TensorMatcher({len_b}).with_device<kDLCPU>().with_dtype<int32_t>().verify(b, "b");
   const int64_t n = len_a.unwrap() < len_b.unwrap() ? len_a.unwrap() : len_b.unwrap();
   if (n == 0) return 0;
-  return radix::common_prefix(reinterpret_cast<const int32_t*>(static_cast<const char*>(a.data_ptr()) + a.byte_offset()),
-                              reinterpret_cast<const int32_t*>(static_cast<const char*>(b.data_ptr()) + b.byte_offset()),
-                              n);
+  return radix::common_prefix(data_ptr<const int32_t>(a), data_ptr<const int32_t>(b), n);
 }
 
 }  // namespace kernkit

@@ -259,7 +259,7 @@ inline std::string fiber_name(const Fiber& f) {
   std::ostringstream os;
   os << "kernkit emu: " << kernel_name(w.launch->thunk) << ": block (" << w.block_idx.x << "," << w.block_idx.y << ","
      << w.block_idx.z << "), " << fiber_name(*w.cur) << ": " << what;
-  throw ::kernkit::host::PanicError("RuntimeError", os.str());
+  ::kernkit::host::Panic(os.str());
 }
 
 inline void push_ready(Worker& w, uint32_t idx) {
@@ -680,7 +680,8 @@ inline void run_block(Worker& w, LaunchState& L, uint64_t b) {
       f.stack = w.stacks.acquire(L.stack_size);
       if (f.stack.base == nullptr) {
         w.failed = true;
-        w.error = std::make_exception_ptr(::kernkit::host::PanicError("RuntimeError", "kernkit emu: out of memory for fiber stacks"));
+        w.error = std::make_exception_ptr(
+            ::kernkit::host::PanicError("RuntimeError", "kernkit emu: out of memory for fiber stacks", ""));
         break;
       }
       f.ctx.init(f.stack, &fiber_main, &w);

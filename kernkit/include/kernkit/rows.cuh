@@ -19,12 +19,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define KERNKIT_ROWS_UNROLL _Pragma("unroll")
-#else
-#define KERNKIT_ROWS_UNROLL
-#endif
-
 namespace kernkit {
 namespace device {
 namespace rows {
@@ -36,24 +30,34 @@ inline constexpr uint32_t kBlockThreads = 128;
 /// \tparam kBytes 1, 2, 4, 8 or 16.
 template <int32_t kBytes>
 struct RawVec;
+/// \brief 16 bytes: four 32-bit words.
 template <>
 struct RawVec<16> {
+  /// \brief The register type.
   using type = uint4;
 };
+/// \brief 8 bytes: two 32-bit words.
 template <>
 struct RawVec<8> {
+  /// \brief The register type.
   using type = uint2;
 };
+/// \brief 4 bytes: one 32-bit word.
 template <>
 struct RawVec<4> {
+  /// \brief The register type.
   using type = uint32_t;
 };
+/// \brief 2 bytes: one 16-bit word.
 template <>
 struct RawVec<2> {
+  /// \brief The register type.
   using type = uint16_t;
 };
+/// \brief 1 bytes: one byte.
 template <>
 struct RawVec<1> {
+  /// \brief The register type.
   using type = uint8_t;
 };
 
@@ -188,11 +192,6 @@ struct RowShape {
   SymbolicSize elems{"row_elems"};
 };
 
-/// \brief The address of a tensor's first element (data pointer plus byte offset).
-inline void* data_address(const tvm::ffi::TensorView& t) {
-  return static_cast<char*>(t.data_ptr()) + t.byte_offset();
-}
-
 /// \brief Where a verified tensor of rows lives.
 struct RowsView {
   /// First byte of row 0.
@@ -218,14 +217,14 @@ template <int64_t kRowElems>
 inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_rows, RowShape& shape,
                             SymbolicDType& dtype, SymbolicDevice& device, bool written = false) {
   const int32_t ndim = static_cast<int32_t>(t.ndim());
-  KERNKIT_CHECK_KIND(ndim == 2 || ndim == 3, "ValueError")
+  KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
       << "'" << role << "': expected a 2-d [rows, " << kRowElems << "] or 3-d [rows, heads, head_dim] tensor, got "
       << ndim << "-d";
   if (shape.ndim == 0) {
     shape.ndim = ndim;
     shape.first = role;
   }
-  KERNKIT_CHECK_KIND(ndim == shape.ndim, "ValueError")
+  KERNKIT_CHECK(ndim == shape.ndim, ValueError)
       << "'" << role << "': expected a " << shape.ndim << "-d tensor like '" << shape.first << "', got " << ndim
       << "-d";
   SymbolicSize row_stride{"row_stride"};
@@ -235,7 +234,7 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
         .with_device<kDLCUDA>(device)
         .with_dtype(dtype)
         .verify(t, role);
-    KERNKIT_CHECK_KIND(shape.elems.unwrap() == kRowElems, "ValueError")
+    KERNKIT_CHECK(shape.elems.unwrap() == kRowElems, ValueError)
         << "'" << role << "': rows of " << shape.elems.unwrap() << " elements, but this kernel was built for "
         << kRowElems;
   } else {
@@ -244,7 +243,7 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
         .with_device<kDLCUDA>(device)
         .with_dtype(dtype)
         .verify(t, role);
-    KERNKIT_CHECK_KIND(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, "ValueError")
+    KERNKIT_CHECK(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, ValueError)
         << "'" << role << "': rows of " << shape.heads.unwrap() << " x " << shape.head_dim.unwrap()
         << " elements, but this kernel was built for " << kRowElems;
   }
@@ -252,11 +251,11 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
   // not narrow the vector width.
   const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
   const int64_t stride = num_rows.unwrap() <= 1 ? kRowElems : row_stride.unwrap();
-  KERNKIT_CHECK_KIND(stride >= 0, "ValueError") << "'" << role << "': negative row stride " << stride;
-  KERNKIT_CHECK_KIND(!written || stride >= kRowElems, "ValueError")
+  KERNKIT_CHECK(stride >= 0, ValueError) << "'" << role << "': negative row stride " << stride;
+  KERNKIT_CHECK(!written || stride >= kRowElems, ValueError)
       << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << kRowElems
       << "); a tensor the kernel writes needs distinct rows";
-  return RowsView{data_address(t), stride * elem_bytes};
+  return RowsView{data_ptr(t), stride * elem_bytes};
 }
 
 /// \brief The widest access (a power of two <= `max_vec`) that every address and stride

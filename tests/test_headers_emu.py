@@ -1,7 +1,7 @@
 """Value tests of the header library's device functions.
 
 The kernels in ``tests/csrc/headers_kernels.cuh`` run each helper over tensors; the results are
-compared with torch. Here they run on the CPU emulator (``backend="cpu"``, CPU tensors);
+compared with torch. Here they run on the CPU emulator (``backend="emu"``, CPU tensors);
 ``tests/gpu/test_headers_gpu.py`` runs the very same tests on a GPU by overriding the
 ``backend`` fixture.
 
@@ -60,7 +60,7 @@ def _cuda_headers_present() -> bool:
 @pytest.fixture(scope="module")
 def backend() -> str:
     """Where the kernels run: the CPU emulator here; the GPU module overrides this."""
-    return "cpu"
+    return "emu"
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +68,9 @@ def mod(backend):
     """The test kernels, built once per backend."""
     from kernkit.jit import load_jit
 
-    if backend == "cpu" and not _cuda_headers_present():
+    if backend == "emu" and not _cuda_headers_present():
         pytest.skip("the CPU emulator needs the CUDA headers (set CUDA_HOME)")
-    if backend == "cuda" and not torch.cuda.is_available():
+    if backend == "nvcc" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     return load_jit("headers_test", cuda_files=[str(KERNELS)], cuda_wrappers=WRAPPERS, backend=backend)
 
@@ -78,7 +78,7 @@ def mod(backend):
 @pytest.fixture(scope="module")
 def dev(backend) -> str:
     """The torch device of the tensors handed to the kernels."""
-    return "cuda" if backend == "cuda" else "cpu"
+    return "cuda" if backend == "nvcc" else "cpu"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_ca
 def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, monkeypatch):
     src = _write_user_kernel(tmp_path, offset=2)
     monkeypatch.setenv("KERNKIT_JIT", "off")
-    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(c\+\+, key [0-9a-f]{16}\) is not in the cache.*warmup"):
+    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(c\+\+\) key [0-9a-f]{16} is not in the cache.*warmup"):
         load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
     assert not (fresh_cache / "v1" / "answer").exists()
     monkeypatch.delenv("KERNKIT_JIT")

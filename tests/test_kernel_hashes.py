@@ -111,7 +111,7 @@ def test_a_wrong_result_is_never_hashed(kh, monkeypatch):
         real_store(kc, vc, idx % kc.shape[0], k, v)
 
     def off_by_one_ulp(x, factor, out=None):
-        res = real_scale(x, factor, out)
+        res = real_scale(x, factor, out=out)
         bits = res.view(torch.int16)
         bits[0] += 1
         return res

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernkit.jit import cli
+from kernkit.ops import registered_ops
+from kernkit.tools import cli
 
 REPO = Path(__file__).resolve().parent.parent
 TUTORIAL = REPO / "docs" / "tutorial-add-a-kernel.md"
@@ -72,7 +73,8 @@ def test_the_snippets_run():
 
 def test_own_kernel_outside_the_package(tmp_path):
     """The last section as a reader follows it: the Step 1 kernel copied into a project
-    directory, the example module next to it, absolute paths to load_jit."""
+    directory, the example module next to it, an absolute path in the spec, the op registered
+    under its own namespace and found by warmup."""
     project = tmp_path / "my_project"
     project.mkdir()
     (project / "scale.cuh").write_text(block("file", "kernkit/kernels/elementwise/scale.cuh") + "\n")
@@ -89,8 +91,14 @@ def test_own_kernel_outside_the_package(tmp_path):
     with pytest.raises(TypeError, match="unsupported dtype"):
         my_ops.my_scale(torch.ones(3, dtype=torch.int32), 2.0)
 
+    x = torch.randn(5)
+    assert torch.equal(torch.ops.my_project.my_scale(x, 2.0), x * 2)
+    (op,) = [op for op in registered_ops() if op.qualname == "my_project::my_scale"]
+    (spec,) = op.specializations(dtypes=[torch.float32], backend="emu")
+    assert spec.title == "my_scale<fp32_t, false>"
+
     # The build includes the project's file by absolute path, under its own cache name.
     from kernkit.jit import cache
 
-    mine = [p for p in cache.iter_published() if p.kernel == "my_scale"]
-    assert mine and all(str(project / "scale.cuh") in (p.path / "kernel_emu.cc").read_text() for p in mine)
+    units = list((cache.root() / "my_scale").glob("*/*/kernel_emu.cc"))
+    assert units and all(str(project / "scale.cuh") in u.read_text() for u in units)

@@ -62,13 +62,22 @@ def _define(qualname: str, impl: Callable, params: list[inspect.Parameter], retu
             mutates: tuple[str, ...], fake: Callable) -> Callable:
     """Define one custom op from a parameter list; returns its ``OpOverloadPacket``."""
     namespace, name = qualname.split("::")
+
     def proto(*args, **kwargs):  # what infer_schema reads: the op's signature
         pass
 
     proto.__signature__ = inspect.Signature(params, return_annotation=returns)  # type: ignore[attr-defined]
+    written = [i for i, p in enumerate(params) if p.name in mutates]
+
+    def kernel(*args, **kwargs):
+        result = impl(*args, **kwargs)
+        for i in written:  # as torch's in-place ops do: autograd then refuses stale saved tensors
+            torch.autograd.graph.increment_version(args[i])
+        return result
+
     lib = _libraries.get(namespace) or _libraries.setdefault(namespace, torch.library.Library(namespace, "FRAGMENT"))
     lib.define(name + torch.library.infer_schema(proto, mutates_args=mutates))
-    lib.impl(name, impl, "CompositeExplicitAutograd")
+    lib.impl(name, kernel if written else impl, "CompositeExplicitAutograd")
     lib.impl(name, torch.library.fallthrough_kernel, "Autograd")
     torch.library.register_fake(qualname, fake, lib=lib)
     return getattr(getattr(torch.ops, namespace), name)
@@ -115,18 +124,19 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
         returns = None if hints.get("return") is type(None) else hints.get("return")
         rest = [p for p in params if p.name != "out"]
+
         if len(rest) == len(params):
-            op = _define(name, fn, params, returns, mutates_args, fake or (lambda *a, **k: None))
+            op = _define(name, lambda *a, **k: op_fn(*a, **k), params, returns, mutates_args, fake or (lambda *a, **k: None))
 
             def traced(*args, **kwargs):
                 return op(*args, **kwargs)
         else:
             if fake is None:
                 raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
-            functional = _define(name, fn, rest, returns, mutates_args, fake)
+            functional = _define(name, lambda *a, **k: op_fn(*a, **k), rest, returns, mutates_args, fake)
 
             def out_impl(out, *args, **kwargs):
-                fn(*args, out=out, **kwargs)
+                op_fn(*args, out=out, **kwargs)
 
             out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
             out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"),
@@ -143,6 +153,8 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
 
         @functools.wraps(fn)
         def op_fn(*args, **kwargs):
+            # Traced (torch.compile, torch.export): the custom op. Else, and as the custom ops'
+            # implementation: the body, with errors that name the argument.
             if is_compiling():
                 return traced(*args, **kwargs)
             try:

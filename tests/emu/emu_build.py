@@ -23,7 +23,7 @@ def have_cuda_headers() -> bool:
 
 
 def compile_flags() -> list[str]:
-    """The flags ``load_jit(..., backend="cpu")`` compiles with (plus a ``main``)."""
+    """The flags ``load_jit(..., backend="emu")`` compiles with (plus a ``main``)."""
     tvm_inc = tvm_ffi.libinfo.find_include_path()
     dlpack_inc = tvm_ffi.libinfo.find_dlpack_include_path()
     return [

@@ -1,5 +1,5 @@
 // Row sums through warp shuffles and dynamic shared memory: a kernel the CPU-backend JIT test
-// builds with load_jit(..., backend="cpu"). kBroken=true plants a divergent full-mask shuffle.
+// builds with load_jit(..., backend="emu"). kBroken=true plants a divergent full-mask shuffle.
 #pragma once
 
 #include <kernkit/smem.cuh>

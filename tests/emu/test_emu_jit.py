@@ -1,4 +1,4 @@
-"""A kernel built through load_jit(..., backend="cpu") and run on CPU tensors."""
+"""A kernel built through load_jit(..., backend="emu") and run on CPU tensors."""
 
 from pathlib import Path
 
@@ -17,7 +17,7 @@ def _load(broken: bool):
     flag = "true" if broken else "false"
     return load_jit(
         "emu_row_sum", flag, cuda_files=[str(HERE / "jit_row_sum.cuh")],
-        cuda_wrappers=[("row_sum", f"RowSum<{flag}>::run")], backend="cpu",
+        cuda_wrappers=[("row_sum", f"RowSum<{flag}>::run")], backend="emu",
     )
 
 

@@ -1,6 +1,6 @@
 """The header library's value tests (``tests/test_headers_emu.py``) on a CUDA GPU.
 
-Every test of that module runs here with the kernels built by nvcc (``backend="cuda"``) and the
+Every test of that module runs here with the kernels built by nvcc (``backend="nvcc"``) and the
 tensors on the GPU; references are computed by torch on the CPU. The comparisons are the same:
 bit-exact wherever the operation is exact, a tolerance for fp32 rsqrt/exp/sin/cos. Run with
 ``pytest -m gpu``; skipped when torch sees no GPU.
@@ -23,4 +23,4 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def backend() -> str:
     """Where the kernels run: the GPU."""
-    return "cuda"
+    return "nvcc"

@@ -1,6 +1,6 @@
 /// \file runtime.h
 /// \brief Entry header of the CPU emulation backend, force-included first (`-include
-/// kernkit/emu/runtime.h`) into every translation unit built for `backend="cpu"`.
+/// kernkit/emu/runtime.h`) into every translation unit built for `backend="emu"`.
 ///
 /// Order matters:
 ///  1. the CUDA keywords are defined before any CUDA header, because `crt/host_defines.h`

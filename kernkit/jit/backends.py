@@ -245,19 +245,15 @@ def run_ninja(build_dir: Path, title: str) -> str:
     if proc.returncode == 0:
         return log
     (build_dir / "build.log").write_text(log)
-    lines = log.splitlines()
-    command, source, body = "", str(build_dir / "build.ninja"), lines
-    for i, line in enumerate(lines):
-        if line.startswith("FAILED:"):
-            objects = [t for t in line.split() if t.endswith(".o")]  # "FAILED: [code=1] kernel.cu.o"
-            command = lines[i + 1] if i + 1 < len(lines) else ""
-            body = lines[i + 2:]
-            if objects:
-                source = str(build_dir / objects[0][:-2])
-            break
-    body = [ln for ln in body if not ln.startswith("ninja: ")]
+    lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("FAILED:")), None)
+    if at is None:
+        raise CompileError(title, str(build_dir / "build.ninja"), "", lines[:20], log)
+    objects = [t for t in lines[at].split() if t.endswith(".o")]  # "FAILED: [code=1] kernel.cu.o"
+    body = lines[at + 2:]
     errors = [ln for ln in body if re.search(r"\berror\b", ln, re.I)][:20]
-    raise CompileError(title, source, command, errors or body[:20], log)
+    source = str(build_dir / objects[0][:-2]) if objects else str(build_dir / "build.ninja")
+    raise CompileError(title, source, lines[at + 1] if at + 1 < len(lines) else "", errors or body[:20], log)
 
 
 def ninja_deps(build_dir: Path) -> list[Path]:

@@ -168,17 +168,6 @@ def staging_dir(key: str) -> Path:
     return path
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def publish(staging: Path, final: Path, meta: dict) -> Path:
     """Record the library in ``meta.json`` and move the staging directory to ``final`` in one
     rename. If another process published ``final`` first, its build wins and ours is discarded.
@@ -188,16 +177,15 @@ def publish(staging: Path, final: Path, meta: dict) -> Path:
     published build fails rather than replacing it. An ``OSError`` becomes a ``CacheDirError``;
     nothing is published then."""
     try:
-        lib = staging / LIB_NAME
-        fd = os.open(lib, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        _, size, mtime, ctime, inode, digest = file_record(lib)
+        with open(staging / LIB_NAME, "rb") as f:
+            os.fsync(f.fileno())
+        _, size, mtime, ctime, inode, digest = file_record(staging / LIB_NAME)
         meta = {**meta, "lib": {"size": size, "mtime_ns": mtime, "ctime_ns": ctime, "inode": inode,
                                 "sha256": digest}}
-        _write_synced(staging / "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+        with open(staging / "meta.json", "w") as f:
+            json.dump(meta, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         ensure_dir(final.parent)
         for attempt in (1, 2):
             try:

@@ -112,20 +112,11 @@ class JitSpec:
     arch: CudaArch | None
 
     @classmethod
-    def make(
-        cls,
-        *marker: object,
-        cuda_files: Sequence[str] = (),
-        cpp_files: Sequence[str] = (),
-        cuda_wrappers: Sequence[tuple[str, str]] = (),
-        cpp_wrappers: Sequence[tuple[str, str]] = (),
-        extra_cflags: Sequence[str] = (),
-        extra_cuda_cflags: Sequence[str] = (),
-        extra_ldflags: Sequence[str] = (),
-        extra_include_paths: Sequence[str] = (),
-        backend: str | None = None,
-        arch: CudaArch | str | None = None,
-    ) -> JitSpec:
+    def make(cls, *marker: object, cuda_files: Sequence[str] = (), cpp_files: Sequence[str] = (),
+             cuda_wrappers: Sequence[tuple[str, str]] = (), cpp_wrappers: Sequence[tuple[str, str]] = (),
+             extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
+             extra_include_paths: Sequence[str] = (), backend: str | None = None,
+             arch: CudaArch | str | None = None) -> JitSpec:
         """Check and normalize a specialization's description; compiles nothing.
 
         Parameters

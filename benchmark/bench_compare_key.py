@@ -9,8 +9,6 @@ Each case compares two int32 keys of length L whose first difference is at posit
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -61,7 +59,6 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("."))
     args = p.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for length in (8, 64, 512, 4096, 32768, 262144):
         a = torch.randint(0, 150000, (length,), dtype=torch.int32)
@@ -80,14 +77,12 @@ def main() -> None:
         gbs = 2 * 4 * length / (res[0] * 1e-6) / 1e9
         rows.append([length, *res, gbs])
         print(rows[-1], flush=True)
-    cpu = f"CPU ({platform.machine()}, {os.cpu_count()} cores{', host of an ' + torch.cuda.get_device_name() if torch.cuda.is_available() else ''})"
-    lines = common.header("compare_key (CPU)", "python benchmark/bench_compare_key.py " + " ".join(sys.argv[1:]), cpu)
+    gpu = f", host of an {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
+    lines = common.header("compare_key (CPU)", common.command_line(), f"CPU: {common.host_cpu()}{gpu}")
     lines += ["Common prefix of two int32 keys differing only at the last position; median us per call.", ""]
     lines += common.markdown_table(
         ["length", "kernkit us", "numpy us", "torch us", "python loop us", "kernkit GB/s scanned"], rows)
-    text = "\n".join(lines) + "\n"
-    (args.out / "compare_key.md").write_text(text)
-    print(text)
+    common.write_report(args.out, "compare_key.md", lines)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Timing helpers shared by the benchmarks: CUDA-graph timing with inputs rotated beyond the L2,
-the device copy bandwidth, host cost per call, a markdown table and a bandwidth plot.
+"""Helpers shared by the benchmarks: CUDA-graph timing with inputs rotated beyond the L2, the
+device copy bandwidth, host cost per call, the results header, a markdown table and a
+bandwidth plot.
 
 Benchmarks measure and report; they never assert speeds.
 """
@@ -12,15 +13,30 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
 #: The H200's L2 is 60 MB; a graph's calls together touch at least this many bytes, so the
 #: replays read from device memory, not from the cache.
 ROTATE_BYTES = 3 * 60 * 2**20
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
+
+
+def reference():
+    """``tests/reference.py``: the torch implementations of the ops (the tests' oracle)."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    import reference as ref
+
+    return ref
 
 
 def calls_for(bytes_per_call: int, min_calls: int = 20, max_calls: int = 1000) -> int:
@@ -76,23 +92,32 @@ def copy_bandwidth_tbs(nbytes: int = 2 * 2**30, reps: int = 20) -> float:
     return 2 * nbytes / statistics.median(times) / 1e12
 
 
-def host_us_per_call(fn: Callable[[], object], calls: int = 2000,
-                     sync: Callable[[], object] | None = None) -> float:
-    """Wall time per call when issuing ``calls`` back to back without synchronizing (the CPU
-    cost of one call, as long as the GPU keeps up), the best of 7 rounds (the least disturbed).
-    ``sync`` waits for queued work between rounds (default: ``torch.cuda.synchronize``)."""
-    sync = sync or torch.cuda.synchronize
-    for _ in range(50):
-        fn()
-    sync()
-    rounds = []
-    for _ in range(7):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def sync_for(device: str) -> Callable[[], object]:
+    """What waits for queued work on ``device``: ``torch.cuda.synchronize`` or nothing."""
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def host_us(fns: Mapping[str, Callable[[], object]], calls: int = 2000, rounds: int = 15,
+            sync: Callable[[], object] | None = None) -> dict[str, float]:
+    """Host cost per call of each function, in microseconds: ``calls`` calls back to back without
+    synchronizing (the CPU cost of one call, as long as the GPU keeps up), the best of ``rounds``
+    rounds (the least disturbed), the functions' rounds interleaved so that a busy moment of the
+    machine hits all alike. ``sync`` waits for queued work between rounds (default:
+    ``torch.cuda.synchronize`` when a GPU is visible)."""
+    sync = sync or sync_for("cuda" if torch.cuda.is_available() else "cpu")
+    for fn in fns.values():
+        for _ in range(50):
             fn()
-        rounds.append((time.perf_counter() - t0) / calls * 1e6)
-        sync()
-    return min(rounds)
+    sync()
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / calls * 1e6)
+            sync()
+    return best
 
 
 def host_cpu() -> str:
@@ -108,39 +133,72 @@ def host_cpu() -> str:
     return f"{cpu}, {os.cpu_count()} cores"
 
 
-def header(title: str, command: str, device: str | None = None) -> list[str]:
-    """The lines every results file starts with: date, device (the GPU unless given), software,
-    command, commit."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    gpu = device or (torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu")
-    try:
-        import tvm_ffi
+def machine() -> str:
+    """The GPU (when one is visible) and the host CPU."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}; host {host_cpu()}"
+    return f"no GPU; {host_cpu()}"
 
-        tvm = tvm_ffi.__version__
-    except ImportError:
-        tvm = "?"
+
+def commit() -> str:
+    """The checkout's short commit, marked when ``kernkit/`` has local changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kernkit"], capture_output=True, text=True,
+                               cwd=REPO).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (head.stdout.strip() or "unknown") + (" (with local changes under kernkit/)" if dirty else "")
+
+
+def software() -> str:
+    import tvm_ffi
+
+    return f"Python {platform.python_version()}, torch {torch.__version__}, apache-tvm-ffi {tvm_ffi.__version__}"
+
+
+def header(title: str, command: str, device: str | None = None) -> list[str]:
+    """The lines every results file starts with: date, machine (``device`` overrides it),
+    software, command, kernkit commit."""
     return [
         f"# {title}",
         "",
         f"- date: {datetime.date.today().isoformat()}",
-        f"- device: {gpu}; torch {torch.__version__}, apache-tvm-ffi {tvm}, Python {platform.python_version()}",
+        f"- machine: {device or machine()}",
+        f"- software: {software()}",
         f"- command: `{command}`",
-        f"- kernkit commit: {commit}",
+        f"- kernkit commit: {commit()}",
         "",
     ]
 
 
+def command_line() -> str:
+    """How this script was run, relative to the repository."""
+    script = Path(sys.argv[0]).resolve()
+    name = script.relative_to(REPO) if REPO in script.parents else script.name
+    return " ".join(["python", str(name), *sys.argv[1:]])
+
+
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     def fmt(x):
-        return f"{x:.3g}" if isinstance(x, float) and abs(x) < 10 else (f"{x:.1f}" if isinstance(x, float) else str(x))
+        if isinstance(x, float):
+            return "-" if math.isnan(x) else (f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}")
+        return str(x)
 
     out = ["| " + " | ".join(columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     out += ["| " + " | ".join(fmt(x) for x in row) + " |" for row in rows]
     return out
+
+
+def write_report(out_dir: Path | None, name: str, lines: Sequence[str]) -> str:
+    """Join ``lines``, print them, and write them to ``out_dir/name`` when a directory is given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / name).write_text(text)
+        print(f"wrote {out_dir / name}", file=sys.stderr)
+    return text
 
 
 def plot_bandwidth(path: Path, title: str, ns: Sequence[int], series: dict[str, Sequence[float]],

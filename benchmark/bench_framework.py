@@ -1,29 +1,12 @@
 """The framework's own speed: cold compile, warm load, import, host cost per call, warmup.
 
-    python benchmark/bench_framework.py [--out DIR] [--tag NAME] [--repeats 3] [--warmup-specs 16] [--skip-compile]
+    python benchmark/bench_framework.py [--out DIR] [--tag NAME] [--repeats 3] [--loads 9] [--warmup-specs 16]
 
-Every figure comes from fresh subprocesses with private cache directories (nothing from the
-user's cache is read or written):
-
-- cold compile of one ``store_cache`` specialization (2-byte elements, 2 KB rows) through kernkit,
-  and a bare ``tvm_ffi.cpp.build_inline`` of the same generated unit (tvm-ffi's default flags,
-  plus the includes and defines the kernel needs) in a fresh build directory. Without a GPU the
-  target is ``$KERNKIT_CUDA_ARCH`` (default here: 9.0, so sm_90a); nvcc is all it needs.
-- warm load: a fresh process imports torch, tvm_ffi and kernkit.ops (and creates the CUDA context
-  when there is a GPU), then times the load of the already-built specialization; median of
-  several processes, and the number of subprocesses started during the load (audit hook). The
-  floor beside it is ``tvm_ffi.load_module`` of the same library in a fresh process.
-- import: in a fresh process after ``import torch, tvm_ffi``, the time of ``import kernkit`` and of
-  ``import kernkit.ops``, and the subprocesses started meanwhile; median of several processes.
-- host cost per call: calls issued back to back without synchronizing, per call, best of 7
-  rounds. On a GPU: ``ops.store_cache`` at n=64 against the same module function called
-  directly, a bare tvm-ffi function launching a plain one-warp-per-row kernel, torch index_put
-  and a tvm-ffi no-op. Without a GPU, a CPU proxy: the same calls with n=0 (the launchers
-  validate every tensor and return before launching) on CPU tensors through the emulator build.
-- warmup: ``kernkit.jit.warmup.build_all`` of 16 store_cache specializations (distinct row sizes)
-  into an empty cache, against (16 / cores) x one cold compile.
-
-The script measures and prints; it never asserts a speed.
+Every figure comes from fresh subprocesses with private cache directories; the worker functions
+(``w_*``) say what each measures. The specialization is store_cache for bf16 rows of 8 x 128
+(2 KB), built by nvcc (without a GPU for $KERNKIT_CUDA_ARCH, default 9.0). Host cost runs on CUDA
+tensors with a GPU, else as a CPU proxy (CPU tensors, emulator build, n=0: the launcher validates
+and returns). It measures and prints; it never asserts a speed.
 """
 
 from __future__ import annotations
@@ -31,145 +14,108 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median as med
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for benchmark/common.py
+# No torch at module level: the import worker times `import torch` itself.
+ROW_SHAPE = (8, 128)  # bf16: 2 KB rows
 
-HERE = Path(__file__).resolve().parent
-ELEM, ROW_BYTES = 2, 2048  # bf16, 8 heads x 128 dims
-
-# ---------------------------------------------------------------------------------------------
-# Workers: each runs in a fresh interpreter and prints one JSON object as its last line.
+# Workers: each runs in a fresh interpreter (``--worker NAME ARGS``) and prints one JSON line.
 
 
-def _audit_counter() -> list[str]:
-    """Count the subprocesses started from now on. The process-starting functions are wrapped
-    rather than watched with ``sys.addaudithook``: an audit hook runs Python code on every
-    audited event (each ``open``, import and ``dlopen``), which would inflate the timings."""
-    import subprocess as sp
-
+def _count_subprocesses() -> list[str]:
+    """Record every subprocess started from now on, by wrapping the functions that start them
+    (an audit hook would run Python on every open, import and dlopen, inflating the timings)."""
     started: list[str] = []
 
     def wrap(owner, name: str) -> None:
         orig = getattr(owner, name, None)
-        if orig is None:
-            return
+        if orig is not None:
+            def counted(*a, **k):
+                started.append(name)
+                return orig(*a, **k)
 
-        def counted(*a, **k):
-            started.append(name)
-            return orig(*a, **k)
+            setattr(owner, name, counted)
 
-        setattr(owner, name, counted)
-
-    wrap(sp.Popen, "__init__")
+    wrap(subprocess.Popen, "__init__")
     for name in ("system", "fork", "posix_spawn", "posix_spawnp", "execv", "execve"):
         wrap(os, name)
     return started
 
 
-def _gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _child_cpu() -> float:
-    """CPU seconds (user + system) of the finished child processes: the compilers' work, which
-    other load on the machine does not inflate the way it inflates wall time."""
+    """CPU seconds of the finished children (the compilers), which other load does not inflate."""
     import resource
 
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
-def w_compile_kernkit(cache: str) -> dict:
-    os.environ["KERNKIT_CACHE_DIR"] = cache
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.ops.kvcache import store_request
-
-    req = store_request(ELEM, ROW_BYTES, is_arch_support_pdl(), "cuda")
-    t0, c0 = time.perf_counter(), _child_cpu()
-    path = req.build()
-    return {"seconds": time.perf_counter() - t0, "cpu": _child_cpu() - c0, "lib": str(path)}
-
-
-def _unit_text() -> tuple[str, list[str]]:
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.jit.codegen import INCLUDE_DIR, KERNELS_DIR
-    from kernkit.ops.kvcache import store_request
-
-    spec = store_request(ELEM, ROW_BYTES, is_arch_support_pdl(), "cuda").spec()
-    text = "\n".join(u.text for u in spec.units)
-    return text, [str(INCLUDE_DIR), str(KERNELS_DIR)]
-
-
-def w_compile_inline(build_dir: str) -> dict:
+def w_compile(how: str, where: str) -> dict:
+    """Cold compile + load of the specialization: through kernkit into the empty cache ``where``
+    (``how=kernkit``), or its generated unit through bare ``tvm_ffi.cpp.build_inline`` in the
+    build directory ``where`` (``how=inline``), with the includes and defines the kernel needs."""
+    import torch
     import tvm_ffi.cpp
 
-    from kernkit.jit import target_arch
-    from kernkit.jit.toolchain import find_cuda_home
+    from kernkit.jit.backends import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
+    from kernkit.ops.kvcache import store_spec
 
-    arch = target_arch()
-    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{arch}{'a' if arch.arch_specific else ''}"
-    text, incs = _unit_text()
+    os.environ["KERNKIT_CACHE_DIR"] = where
+    spec = store_spec(torch.bfloat16, ROW_SHAPE)
+    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{spec.arch}{'a' if spec.arch.arch_specific else ''}"
     home = find_cuda_home()
-    incs += [str(home / "include" / "cccl")] if home else []
-    if home:  # tvm-ffi looks for the toolkit next to the nvcc on PATH, which may be a wrapper script
-        os.environ["CUDA_HOME"] = str(home)
-    t0 = time.perf_counter()
-    c0 = _child_cpu()
-    tvm_ffi.cpp.build_inline("store_inline", cuda_sources=text, build_directory=build_dir,
-                             extra_cuda_cflags=["-DNDEBUG", "--expt-relaxed-constexpr"], extra_include_paths=incs)
-    return {"seconds": time.perf_counter() - t0, "cpu": _child_cpu() - c0}
+    os.environ["CUDA_HOME"] = str(home)  # tvm-ffi looks next to the nvcc on PATH, maybe a wrapper
+    (text,) = [text for _, text, _ in spec.units]
+    t0, c0 = time.perf_counter(), _child_cpu()
+    if how == "kernkit":
+        spec.build_and_load()
+    else:
+        incs = [str(INCLUDE_DIR), str(KERNELS_DIR), str(home / "include" / "cccl")]
+        tvm_ffi.load_module(tvm_ffi.cpp.build_inline(
+            "store_inline", cuda_sources=text, build_directory=where,
+            extra_cuda_cflags=["-DNDEBUG", "--expt-relaxed-constexpr"], extra_include_paths=incs))
+    seconds, cpu = time.perf_counter() - t0, _child_cpu() - c0
+    return {"seconds": seconds, "cpu": cpu, "lib": str(spec.build()) if how == "kernkit" else None}
 
 
-def w_warm_load(cache: str) -> dict:
-    os.environ["KERNKIT_CACHE_DIR"] = cache
-    import torch
-    import tvm_ffi  # noqa: F401
-
-    import kernkit.ops  # noqa: F401
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.ops.kvcache import store_module
-
-    if torch.cuda.is_available():
-        torch.zeros(1, device="cuda")  # the context a real process already has
-    pdl = is_arch_support_pdl()
-    started = _audit_counter()
+def w_load(how: str, where: str) -> dict:
+    """A warm load in a fresh process that has imported torch, tvm_ffi and kernkit.ops (and made
+    the CUDA context on a GPU): through the op's module factory (``how=factory``, ``where`` the
+    cache) or, the floor, ``tvm_ffi.load_module`` of the library (``how=floor``)."""
     import gc
 
-    gc.collect()  # a collection of torch's objects falling inside the timed region is not the load's
-    t0 = time.perf_counter()
-    store_module(ELEM, ROW_BYTES, pdl, "cuda")
-    dt = time.perf_counter() - t0
-    return {"ms": dt * 1e3, "subprocesses": len(started)}
-
-
-def w_load_module(lib: str) -> dict:
+    if how == "factory":
+        os.environ["KERNKIT_CACHE_DIR"] = where
     import torch
     import tvm_ffi
 
+    from kernkit.ops import kvcache
+
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
+    shape = torch.Size([4096, *ROW_SHAPE])
+    started = _count_subprocesses()
+    gc.collect()  # a collection of torch's objects inside the timed region is not the load's
     t0 = time.perf_counter()
-    tvm_ffi.load_module(lib)
-    return {"ms": (time.perf_counter() - t0) * 1e3}
+    if how == "factory":
+        kvcache._module(torch.bfloat16, shape, True)
+    else:
+        tvm_ffi.load_module(where)
+    return {"ms": (time.perf_counter() - t0) * 1e3, "subprocesses": len(started)}
 
 
 def w_import() -> dict:
+    """``import torch, tvm_ffi``, then ``import kernkit`` and ``kernkit.ops`` on top (ms)."""
     t0 = time.perf_counter()
-    import torch  # noqa: F401
-    import tvm_ffi  # noqa: F401
+    import torch, tvm_ffi  # noqa: E401, F401
 
-    t1 = time.perf_counter()
-    started = _audit_counter()
+    t1, started = time.perf_counter(), _count_subprocesses()
     import kernkit  # noqa: F401
 
     t2 = time.perf_counter()
@@ -180,338 +126,198 @@ def w_import() -> dict:
             "subprocesses": len(started)}
 
 
-_PLAIN_CPU = r"""
+_NOOP = """
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/function.h>
-#include <cstring>
-using tvm::ffi::TensorView;
-// A bare store: a few checks, then row copies (returns at once for n = 0).
-void store_plain(TensorView kc, TensorView vc, TensorView idx, TensorView k, TensorView v) {
-  TVM_FFI_ICHECK(kc.ndim() >= 2 && k.ndim() == kc.ndim() && idx.ndim() == 1) << "bad ranks";
-  const int64_t n = idx.size(0);
-  if (n == 0) return;
-  const int64_t row = kc.numel() / kc.size(0) * ((kc.dtype().bits + 7) / 8);
-  const int32_t* ix = static_cast<const int32_t*>(idx.data_ptr());
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(static_cast<char*>(kc.data_ptr()) + ix[i] * row, static_cast<const char*>(k.data_ptr()) + i * row, row);
-    std::memcpy(static_cast<char*>(vc.data_ptr()) + ix[i] * row, static_cast<const char*>(v.data_ptr()) + i * row, row);
-  }
-}
-void noop(TensorView, TensorView, TensorView, TensorView, TensorView) {}
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(store_plain, store_plain);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(noop, noop);
-"""
-
-_PLAIN_CUDA = r"""
-#include <tvm/ffi/container/tensor.h>
-#include <tvm/ffi/extra/c_env_api.h>
-#include <tvm/ffi/function.h>
-#include <cuda_runtime.h>
-using tvm::ffi::TensorView;
-// A plain one-warp-per-row kernel, 16-byte vectors, int32 indices, contiguous rows.
-__global__ void store_plain_kernel(const uint4* k, const uint4* v, uint4* kc, uint4* vc, const int32_t* idx,
-                                   int64_t n, int64_t pool, int64_t vecs) {
-  const int64_t row = blockIdx.x * 4 + threadIdx.x / 32;
-  if (row >= n) return;
-  const int64_t d = idx[row];
-  if (d < 0 || d >= pool) return;
-  for (int64_t j = threadIdx.x % 32; j < vecs; j += 32) {
-    kc[d * vecs + j] = k[row * vecs + j];
-    vc[d * vecs + j] = v[row * vecs + j];
-  }
-}
-void store_plain(TensorView kc, TensorView vc, TensorView idx, TensorView k, TensorView v) {
-  TVM_FFI_ICHECK(kc.ndim() >= 2 && k.ndim() == kc.ndim() && idx.ndim() == 1) << "bad ranks";
-  const int64_t n = idx.size(0);
-  if (n == 0) return;
-  const int64_t vecs = kc.numel() / kc.size(0) * ((kc.dtype().bits + 7) / 8) / 16;
-  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, kc.device().device_id));
-  store_plain_kernel<<<(n + 3) / 4, 128, 0, stream>>>(
-      static_cast<const uint4*>(k.data_ptr()), static_cast<const uint4*>(v.data_ptr()),
-      static_cast<uint4*>(kc.data_ptr()), static_cast<uint4*>(vc.data_ptr()),
-      static_cast<const int32_t*>(idx.data_ptr()), n, kc.size(0), vecs);
-}
-void noop(TensorView, TensorView, TensorView, TensorView, TensorView) {}
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(store_plain, store_plain);
+void noop(tvm::ffi::TensorView, tvm::ffi::TensorView, tvm::ffi::TensorView, tvm::ffi::TensorView,
+          tvm::ffi::TensorView) {}
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(noop, noop);
 """
 
 
 def w_host_cost(cache: str, build_dir: str) -> dict:
-    import common  # benchmark/common.py, next to this file
-
+    """Host cost per call (us) of the op, its module function, its custom op and a no-op."""
     os.environ["KERNKIT_CACHE_DIR"] = cache
+    import common  # benchmark/common.py, next to this file
     import torch
     import tvm_ffi.cpp
 
     from kernkit import ops
-    from kernkit.jit import is_arch_support_pdl, target_arch
-    from kernkit.ops import fallback, kvcache
+    from kernkit.ops import kvcache
 
-    gpu = torch.cuda.is_available()
-    heads, dim, dtype = 8, 128, torch.bfloat16
-    if gpu:
-        arch = target_arch()
-        os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{arch}{'a' if arch.arch_specific else ''}"
-        plain = tvm_ffi.cpp.load_inline("plain_store", cuda_sources=_PLAIN_CUDA, build_directory=build_dir)
-        dev, n, pool = "cuda", 64, 1 << 20
-        module_fn = kvcache.store_module(ELEM, ROW_BYTES, is_arch_support_pdl(), "cuda").store_cache
-        sync = torch.cuda.synchronize
-    else:
-        plain = tvm_ffi.cpp.load_inline("plain_store", cpp_sources=_PLAIN_CPU, build_directory=build_dir)
-        dev, n, pool = "cpu", 0, 4096
-        if fallback.cpu_backend() != "cpu":
-            return {"error": "the CPU emulation backend does not build here"}
-        module_fn = kvcache.store_module(ELEM, ROW_BYTES, False, "cpu").store_cache
-        sync = lambda: None  # noqa: E731
-    g = torch.Generator(device="cpu").manual_seed(0)
-    kc = torch.randn(pool, heads, dim, generator=g).to(dtype).to(dev)
-    vc = torch.randn(pool, heads, dim, generator=g).to(dtype).to(dev)
-    k = torch.randn(n, heads, dim, generator=g).to(dtype).to(dev)
-    v = torch.randn(n, heads, dim, generator=g).to(dtype).to(dev)
-    idx = torch.randperm(pool, generator=g)[:n].to(torch.int32).to(dev)
-    ops.store_cache(kc, vc, idx, k, v)  # load everything before timing
-
-    def index_put():
-        kc[idx] = k
-        vc[idx] = v
-
-    out = {
-        "device": dev,
-        "n": n,
-        "ops.store_cache": common.host_us_per_call(lambda: ops.store_cache(kc, vc, idx, k, v), sync=sync),
-        "module function": common.host_us_per_call(lambda: module_fn(kc, vc, idx, k, v), sync=sync),
-        "bare tvm-ffi store": common.host_us_per_call(lambda: plain.store_plain(kc, vc, idx, k, v), sync=sync),
-        "tvm-ffi no-op": common.host_us_per_call(lambda: plain.noop(kc, vc, idx, k, v), sync=sync),
-        "torch index_put": common.host_us_per_call(index_put, sync=sync),
-    }
-    out["dlpack_fast_path"] = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-    return out
+    dev, n = ("cuda", 64) if torch.cuda.is_available() else ("cpu", 0)
+    noop = tvm_ffi.cpp.load_inline("noop5", cpp_sources=_NOOP, build_directory=build_dir).noop
+    kc, vc = (torch.randn(4096, *ROW_SHAPE, device=dev).to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(n, *ROW_SHAPE, device=dev).to(torch.bfloat16) for _ in range(2))
+    idx = torch.randperm(4096, device=dev)[:n].to(torch.int32)
+    module_fn = kvcache._module(kc.dtype, kc.shape, kc.is_cuda).store_cache
+    custom = torch.ops.kernkit.store_cache
+    us = common.host_us({
+        "ops.store_cache": lambda: ops.store_cache(kc, vc, idx, k, v),
+        "module function": lambda: module_fn(kc, vc, idx, k, v),
+        "torch.ops.kernkit.store_cache": lambda: custom(kc, vc, idx, k, v),
+        "tvm-ffi no-op (same 5 tensors)": lambda: noop(kc, vc, idx, k, v),
+    }, sync=common.sync_for(dev))
+    return {"where": "GPU, CUDA tensors, n=64" if dev == "cuda" else "CPU proxy: CPU tensors, emulator build, n=0",
+            "us": us}
 
 
 def w_warmup(cache: str, count: str) -> dict:
+    """``build_all`` of ``count`` specializations (distinct row sizes) into an empty cache."""
     os.environ["KERNKIT_CACHE_DIR"] = cache
-    count = int(count)
-    from kernkit.jit import is_arch_support_pdl
-    from kernkit.jit.warmup import build_all
-    from kernkit.ops.kvcache import store_request
+    import torch
 
-    pdl = is_arch_support_pdl()
-    reqs = [store_request(ELEM, 128 * (i + 1), pdl, "cuda") for i in range(count)]
+    from kernkit.ops.kvcache import store_spec
+    from kernkit.tools.warmup import build_all
+
+    specs = [store_spec(torch.bfloat16, (heads, 128)) for heads in range(1, int(count) + 1)]
     t0, c0 = time.perf_counter(), _child_cpu()
-    outcomes = build_all(reqs, progress=False)
-    wall = time.perf_counter() - t0
-    return {"seconds": wall, "cpu": _child_cpu() - c0, "built": sum(o.status == "built" for o in outcomes),
-            "failed": [o.error[:300] for o in outcomes if o.status == "failed"], "jobs": os.cpu_count()}
+    results = build_all(specs, progress=False)
+    return {"seconds": time.perf_counter() - t0, "cpu": _child_cpu() - c0, "jobs": os.cpu_count(),
+            "built": sum(s == "built" for s, _ in results),
+            "failed": [e[:300] for s, e in results if s == "failed"]}
 
 
-WORKERS = {
-    "compile-kernkit": w_compile_kernkit,
-    "compile-inline": w_compile_inline,
-    "warm-load": w_warm_load,
-    "load-module": w_load_module,
-    "import": w_import,
-    "host-cost": w_host_cost,
-    "warmup": w_warmup,
-}
+WORKERS = {f.__name__[2:].replace("_", "-"): f for f in
+           (w_compile, w_load, w_import, w_host_cost, w_warmup)}
 
-# ---------------------------------------------------------------------------------------------
-# The driver.
+# The driver: one function per group of rows, each returning (what, measured) pairs.
 
 
-def run_worker(name: str, *args: object, env: dict | None = None) -> dict:
+class WorkerError(RuntimeError):
+    """A worker exited with an error; the message holds the end of its output."""
+
+
+def run_worker(name: str, *args: object) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, *map(str, args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-        return {"error": " / ".join(tail)[-800:]}
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        raise WorkerError(f"{name}: " + " / ".join(tail)[-600:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+def runs(values: list[float]) -> str:
+    return f"{med(values):.2f} (runs: {', '.join(f'{x:.2f}' for x in values)})"
 
 
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "kernkit"], capture_output=True, text=True,
-                               cwd=HERE).stdout.strip()
-        return (out.stdout.strip() or "unknown") + (" (with local changes under kernkit/)" if dirty else "")
-    except OSError:
-        return "unknown"
+def compile_rows(tmp: Path, repeats: int) -> list[tuple[str, str]]:
+    """Cold compile + load, kernkit against bare build_inline."""
+    kk = [run_worker("compile", "kernkit", tmp / f"cold{i}") for i in range(repeats)]
+    bare = [run_worker("compile", "inline", tmp / f"inline{i}") for i in range(repeats)]
+    kk_s, bare_s = [r["seconds"] for r in kk], [r["seconds"] for r in bare]
+    kk_cpu, bare_cpu = med([r["cpu"] for r in kk]), med([r["cpu"] for r in bare])
+    return [
+        ("cold compile + load, one store_cache specialization via kernkit: wall s; compiler CPU s",
+         f"{runs(kk_s)}; CPU {kk_cpu:.2f}"),
+        ("cold compile + load, the same unit via bare tvm_ffi.cpp.build_inline: wall s; compiler CPU s",
+         f"{runs(bare_s)}; CPU {bare_cpu:.2f}"),
+        ("kernkit / bare build_inline: wall; compiler CPU", f"{med(kk_s) / med(bare_s):.2f}; {kk_cpu / bare_cpu:.2f}"),
+    ]
 
 
-def machine() -> str:
-    import common
-    import torch
+def warm_load_rows(tmp: Path, loads: int) -> list[tuple[str, str]]:
+    """Warm load through the op's factory in fresh processes, and the load_module floor."""
+    cache = tmp / "warm"
+    lib = run_worker("compile", "kernkit", cache)["lib"]
+    warm = [run_worker("load", "factory", cache) for _ in range(loads)]
+    floor = [run_worker("load", "floor", lib)["ms"] for _ in range(loads)]
+    ms = [r["ms"] for r in warm]
+    return [
+        ("warm load of the built specialization in a fresh process (kvcache._module), ms (median)",
+         f"{med(ms):.2f} (min {min(ms):.2f}, max {max(ms):.2f})"),
+        ("  the floor: tvm_ffi.load_module of the same library in a fresh process, ms (median)", f"{med(floor):.2f}"),
+        ("subprocesses started during a warm load (most in one process)", str(max(r["subprocesses"] for r in warm))),
+    ]
 
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()}; host {common.host_cpu()}"
-    return f"{os.cpu_count()}-core CPU machine, no GPU ({common.host_cpu()})"
+
+def import_rows(loads: int) -> list[tuple[str, str]]:
+    imps = [run_worker("import") for _ in range(loads)]
+    return [
+        ("import torch, tvm_ffi in a fresh process, ms (median)", f"{med([r['torch_tvm_ms'] for r in imps]):.0f}"),
+        ("+ import kernkit, ms (median)", f"{med([r['kernkit_ms'] for r in imps]):.1f}"),
+        ("+ import kernkit.ops, ms (median)", f"{med([r['ops_ms'] for r in imps]):.1f}"),
+        ("subprocesses started by import kernkit.ops (most in one process)",
+         str(max(r["subprocesses"] for r in imps))),
+    ]
+
+
+def host_cost_rows(tmp: Path) -> list[tuple[str, str]]:
+    r = run_worker("host-cost", tmp / "cache-host", tmp / "noop")
+    us, where = r["us"], r["where"]
+    rows = [(f"host cost per call, {name} ({where}), us", f"{t:.2f}") for name, t in us.items()]
+    rows.append(("ops.store_cache - module function, us", f"{us['ops.store_cache'] - us['module function']:.2f}"))
+    rows.append(("module function - tvm-ffi no-op (the launcher's checks), us",
+                 f"{us['module function'] - us['tvm-ffi no-op (same 5 tensors)']:.2f}"))
+    return rows
+
+
+def warmup_rows(tmp: Path, count: int) -> list[tuple[str, str]]:
+    """build_all of ``count`` specializations against (count / cores) x one cold compile (its own)."""
+    one_compile = run_worker("compile", "kernkit", tmp / "cold-ref")["seconds"]
+    r = run_worker("warmup", tmp / "cache-warmup", count)
+    ideal = count / r["jobs"] * one_compile
+    rows = [(f"warmup (build_all) of {count} store_cache specializations, {r['jobs']} jobs: wall s",
+             f"{r['seconds']:.1f} (built {r['built']}, failed {len(r['failed'])}; compiler CPU {r['cpu']:.1f} s)"),
+            (f"warmup / ({count} / {r['jobs']} cores x one cold compile of {one_compile:.2f} s)",
+             f"{r['seconds'] / ideal:.2f}"),
+            ("cores busy with compilers during warmup (compiler CPU s / wall s)",
+             f"{r['cpu'] / r['seconds']:.2f} of {r['jobs']}")]
+    return rows + [("first warmup failure", e.replace("|", "/").replace("\n", " ")) for e in r["failed"][:1]]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="write the markdown table to DIR/framework-<tag>-<date>.md")
-    ap.add_argument("--repeats", type=int, default=3, help="cold compiles per row (each in a fresh cache)")
-    ap.add_argument("--loads", type=int, default=9, help="fresh processes for the warm-load and import rows")
+    ap.add_argument("--out", type=Path, help="also write the table to DIR/framework-<tag>-<date>-<commit>.md")
+    ap.add_argument("--tag", help="the results file's machine tag (default: gpu or cpu), e.g. h200")
+    ap.add_argument("--repeats", type=int, default=3, help="cold compiles per row (>= 1), each in a fresh cache")
+    ap.add_argument("--loads", type=int, default=9, help="fresh processes for the warm-load and import rows (>= 1)")
     ap.add_argument("--warmup-specs", type=int, default=16, help="specializations in the warmup row (0: skip)")
     ap.add_argument("--skip-compile", action="store_true", help="skip the cold-compile rows")
-    ap.add_argument("--tag", help="the results file's machine tag (default: gpu or cpu), e.g. h200")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(WORKERS[args.worker[0]](*args.worker[1:])))
         return 0
 
+    import common  # next to this script; imports torch
     import torch
 
+    from kernkit.jit import ToolchainError
+    from kernkit.jit.backends import BACKENDS
+
     gpu = torch.cuda.is_available()
-    env = {} if gpu else {"KERNKIT_CUDA_ARCH": os.environ.get("KERNKIT_CUDA_ARCH", "9.0")}
-    os.environ.update(env)
-    have_nvcc = True
+    if not gpu:
+        os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")  # inherited by the workers
     try:
-        from kernkit.jit.toolchain import find_nvcc
-
-        find_nvcc()
-    except Exception:
-        have_nvcc = False
-    cores = os.cpu_count() or 1
-    rows: list[tuple[str, str, str]] = []
-    notes: list[str] = []
+        nvcc = bool(BACKENDS["nvcc"].compilers())
+    except ToolchainError:
+        nvcc = False
+    rows: list[tuple[str, str]] = []
+    notes = [] if nvcc else ["nvcc not found: the compile, warm-load and warmup rows are skipped"]
     tmp = Path(tempfile.mkdtemp(prefix="kernkit-bench-"))
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
+    sections = [
+        ("cold compile", nvcc and not args.skip_compile, lambda: compile_rows(tmp, args.repeats)),
+        ("warm load", nvcc, lambda: warm_load_rows(tmp, args.loads)),
+        ("import", True, lambda: import_rows(args.loads)),
+        ("host cost", True, lambda: host_cost_rows(tmp)),
+        ("warmup", nvcc and args.warmup_specs > 0, lambda: warmup_rows(tmp, args.warmup_specs)),
+    ]
     try:
-        # Cold compile.
-        compile_s = float("nan")
-        kk_cpu: list[float] = []
-        cache = tmp / "cache"
-        if have_nvcc and not args.skip_compile:
-            kk, inl, kk_cpu, inl_cpu = [], [], [], []
-            for i in range(args.repeats):
-                log(f"cold compile {i + 1}/{args.repeats}")
-                r = run_worker("compile-kernkit", tmp / f"cold{i}", env=env)
-                if "error" in r:
-                    notes.append(f"kernkit compile failed: {r['error']}")
-                    break
-                kk.append(r["seconds"])
-                kk_cpu.append(r["cpu"])
-                r = run_worker("compile-inline", tmp / f"inline{i}", env=env)
-                if "error" in r:
-                    notes.append(f"bare load_inline failed: {r['error']}")
-                else:
-                    inl.append(r["seconds"])
-                    inl_cpu.append(r["cpu"])
-            compile_s = median(kk)
-            rows.append(("cold compile + publish, one store_cache specialization (kernkit): wall s; compiler CPU s",
-                         f"{compile_s:.2f} (runs: {', '.join(f'{x:.2f}' for x in kk)}); CPU {median(kk_cpu):.2f}",
-                         "<= 4 s on the H200 host; <= bare build_inline here"))
-            rows.append(("cold compile, the same unit via bare tvm_ffi.cpp.build_inline (tvm-ffi defaults): wall s; "
-                         "compiler CPU s",
-                         f"{median(inl):.2f} (runs: {', '.join(f'{x:.2f}' for x in inl)}); CPU {median(inl_cpu):.2f}",
-                         "peer"))
-            if kk and inl:
-                rows.append(("kernkit / bare build_inline: wall; compiler CPU",
-                             f"{compile_s / median(inl):.2f}; {median(kk_cpu) / median(inl_cpu):.2f}", "<= 1.0"))
-        # Warm load (needs a build; make one in the shared cache if the compile rows were skipped).
-        lib = None
-        if have_nvcc:
-            r = run_worker("compile-kernkit", cache, env=env)
-            lib = r.get("lib")
-            if lib is None:
-                notes.append(f"build for the warm-load rows failed: {r.get('error')}")
-        if lib:
-            loads, subs = [], 0
-            for i in range(args.loads):
-                r = run_worker("warm-load", cache, env=env)
-                if "error" in r:
-                    notes.append(f"warm load failed: {r['error']}")
-                    break
-                loads.append(r["ms"])
-                subs = max(subs, r["subprocesses"])
-            floors = [run_worker("load-module", lib, env=env).get("ms", float("nan")) for _ in range(args.loads)]
-            rows.append(("warm load of a built specialization in a fresh process, ms (median)",
-                         f"{median(loads):.2f} (min {min(loads):.2f}, max {max(loads):.2f})", "<= 2 ms"))
-            rows.append(("  of which the floor: tvm_ffi.load_module of the same library, ms (median)",
-                         f"{median(floors):.2f}", "-"))
-            rows.append(("subprocesses started by a warm load", str(subs), "0"))
-        # Import.
-        imps = [run_worker("import", env=env) for _ in range(args.loads)]
-        imps = [r for r in imps if "error" not in r]
-        if imps:
-            rows.append(("import torch, tvm_ffi in a fresh process, ms (median)",
-                         f"{median([r['torch_tvm_ms'] for r in imps]):.0f}", "-"))
-            rows.append(("+ import kernkit, ms (median)", f"{median([r['kernkit_ms'] for r in imps]):.1f}", "<= 100 ms"))
-            rows.append(("+ import kernkit.ops, ms (median)", f"{median([r['ops_ms'] for r in imps]):.1f}", "<= 100 ms"))
-            rows.append(("subprocesses started by import kernkit.ops", str(max(r["subprocesses"] for r in imps)), "0"))
-        # Host cost per call.
-        log("host cost per call")
-        r = run_worker("host-cost", tmp / "cache-host", tmp / "plain", env=env)
-        if "error" in r:
-            notes.append(f"host cost: {r['error']}")
-        else:
-            where = "GPU, n=64" if r["device"] == "cuda" else "CPU proxy: CPU tensors, emulator build, n=0"
-            for name in ("ops.store_cache", "module function", "bare tvm-ffi store", "tvm-ffi no-op",
-                         "torch index_put"):
-                rows.append((f"host cost per call, {name} ({where}), us", f"{r[name]:.2f}", "-"))
-            rows.append(("ops.store_cache / bare tvm-ffi store", f"{r['ops.store_cache'] / r['bare tvm-ffi store']:.2f}",
-                         "<= 1.1"))
-            rows.append(("ops.store_cache - bare tvm-ffi store, us", f"{r['ops.store_cache'] - r['bare tvm-ffi store']:.2f}",
-                         "<= 0.1 x bare"))
-            rows.append(("torch tensors take tvm-ffi's C DLPack path (__dlpack_c_exchange_api__)",
-                         "yes" if r["dlpack_fast_path"] else "no", "yes"))
-        # Warmup.
-        if have_nvcc and args.warmup_specs > 0:
-            log(f"warmup of {args.warmup_specs} specializations")
-            r = run_worker("warmup", tmp / "cache-warmup", args.warmup_specs, env=env)
-            if "error" in r:
-                notes.append(f"warmup: {r['error']}")
-            else:
-                ideal = args.warmup_specs / cores * compile_s
-                rows.append((f"warmup of {args.warmup_specs} specializations ({r['jobs']} jobs), wall s",
-                             f"{r['seconds']:.1f} (built {r['built']}; compiler CPU {r['cpu']:.1f} s)", f"<= {1.3 * ideal:.1f} (1.3 x {ideal:.1f})"))
-                rows.append((f"warmup / ({args.warmup_specs} / {cores} cores x one compile)",
-                             f"{r['seconds'] / ideal:.2f}", "<= 1.3"))
-                # Cores the compilers kept busy: below `cores` when other work shares the machine.
-                rows.append(("cores busy with compilers during warmup (compiler CPU s / wall s)",
-                             f"{r['cpu'] / r['seconds']:.2f} of {cores}", f"~{cores}"))
-                if kk_cpu:
-                    rows.append(("warmup compiler CPU / (16 x one compile's CPU)",
-                                 f"{r['cpu'] / (args.warmup_specs * median(kk_cpu)):.2f}", "~1"))
-                if r["failed"]:
-                    notes.append(f"warmup failures: {r['failed'][:2]}")
+        for name, enabled, measure in sections:
+            if enabled:
+                print(f"measuring: {name}", file=sys.stderr, flush=True)
+                try:
+                    rows += measure()
+                except WorkerError as e:
+                    notes.append(f"{name} failed: {e}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-    import tvm_ffi
-
-    lines = [
-        "# kernkit framework speed",
-        "",
-        f"- date: {time.strftime('%Y-%m-%d')}",
-        f"- machine: {machine()}",
-        f"- software: Python {platform.python_version()}, torch {torch.__version__}, apache-tvm-ffi {tvm_ffi.__version__}",
-        f"- command: `python benchmark/bench_framework.py {' '.join(argv if argv is not None else sys.argv[1:])}`".rstrip(),
-        f"- kernkit commit: {commit()}",
-        "",
-        "| what | measured | target |",
-        "| --- | --- | --- |",
-        *[f"| {a} | {b} | {c} |" for a, b, c in rows],
-    ]
-    if notes:
-        lines += ["", *[f"- {n}" for n in notes]]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        tag = args.tag or ("gpu" if gpu else "cpu")
-        path = args.out / f"framework-{tag}-{time.strftime('%Y-%m-%d')}.md"
-        path.write_text(text)
-        print(f"wrote {path}", file=sys.stderr)
+    tag = args.tag or ("gpu" if gpu else "cpu")
+    name = f"framework-{tag}-{time.strftime('%Y-%m-%d')}-{common.commit().split()[0]}.md"
+    lines = common.header("kernkit framework speed", common.command_line())
+    lines += common.markdown_table(["what", "measured"], rows) + ([""] + [f"- {n}" for n in notes] if notes else [])
+    common.write_report(args.out, name, lines)
     return 0
 
 

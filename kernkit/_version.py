@@ -1,3 +1,3 @@
 """kernkit's version; part of every JIT cache key."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

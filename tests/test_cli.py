@@ -208,8 +208,8 @@ def test_cache_list_and_clear(tmp_path, fresh_cache, capsys):
     assert out[0].split() == ["SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE"]
     assert out[1].split()[:3] == ["kk_a<1>", "c++", "-"] and out[1].split()[-2:] == ["KiB", "2h"]
     assert out[2].split()[0] == "kk_a<2>" and out[3].split()[0] == "kk_b<3>" and out[3].endswith("s")
-    assert out[4].startswith("3 builds, ") and out[4].endswith(f"in {fresh_cache / 'v1'}")
-    v1 = fresh_cache / "v1"
+    assert out[4].startswith("3 builds, ") and out[4].endswith(f"in {fresh_cache / 'v2'}")
+    v1 = fresh_cache / "v2"
     assert [p.name.split("-")[0] for p in (v1 / ".failed").iterdir()] == ["kk_broken"]
 
     assert cli.main(["cache", "clear", "--kernel", "kk_a"]) == 0
@@ -360,7 +360,7 @@ def test_doctor(tmp_path, fresh_cache, capsys, monkeypatch):
     labels = [line[2:].split("  ")[0] for line in out.splitlines()]
     assert labels == ["kernkit", "python", "torch", "tvm-ffi", "DLPack fast path", "host compiler", "CUDA home",
                       "nvcc", "target arch", "cache dir", "JIT", "environment", "clangd"]
-    assert f"{fresh_cache / 'v1'} (" in out and "1 published builds" in out
+    assert f"{fresh_cache / 'v2'} (" in out and "1 published builds" in out
     assert "off (KERNKIT_JIT" in out and "KERNKIT_JIT=off" in out and f"{tmp_path / 'clangd'} (21.1.0)" in out
     assert "9.0 (sm_90a, from KERNKIT_CUDA_ARCH; PDL)" in out or torch.cuda.is_available()
     assert "dispatch" not in out

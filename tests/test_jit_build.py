@@ -60,7 +60,7 @@ def counting_cxx(tmp_path, monkeypatch):
 
 
 def _builds(cache: Path, name: str = "answer") -> list[Path]:
-    return sorted((cache / "v1" / name).glob("*/*/lib.so"))
+    return sorted((cache / "v2" / name).glob("*/*/lib.so"))
 
 
 def test_key_covers_flags_backend_and_wrappers_but_not_header_content(tmp_path):
@@ -186,7 +186,7 @@ def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fr
     assert all("OK" in o[0] for o in outs)
     assert counting_cxx() == 1
     assert len(_builds(fresh_cache)) == 1
-    assert not any((fresh_cache / "v1" / ".staging").iterdir())
+    assert not any((fresh_cache / "v2" / ".staging").iterdir())
 
 
 def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_cache):
@@ -201,8 +201,8 @@ def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_ca
     assert any("undeclared_name" in line for line in err.errors)
     text = str(err)
     assert "broken<3>" in text and err.source in text and "undeclared_name" in text
-    assert not (fresh_cache / "v1" / "broken").exists(), "a failed build must not be published"
-    assert err.source.startswith(str(fresh_cache / "v1" / ".failed")) and (Path(err.source).parent / "build.log").is_file()
+    assert not (fresh_cache / "v2" / "broken").exists(), "a failed build must not be published"
+    assert err.source.startswith(str(fresh_cache / "v2" / ".failed")) and (Path(err.source).parent / "build.log").is_file()
 
 
 def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, monkeypatch):
@@ -210,7 +210,7 @@ def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, mo
     monkeypatch.setenv("KERNKIT_JIT", "off")
     with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(c\+\+\) key [0-9a-f]{16} is not in the cache.*warmup"):
         load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
-    assert not (fresh_cache / "v1" / "answer").exists()
+    assert not (fresh_cache / "v2" / "answer").exists()
     monkeypatch.delenv("KERNKIT_JIT")
     load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
     monkeypatch.setenv("KERNKIT_JIT", "off")

@@ -81,17 +81,17 @@ def _compiles(cache: Path) -> int:
 
 
 def _published(cache: Path) -> list[Path]:
-    return sorted((cache / "v1" / "relia").glob("*/*/lib.so"))
+    return sorted((cache / "v2" / "relia").glob("*/*/lib.so"))
 
 
 def _staging(cache: Path) -> list[Path]:
-    staging = cache / "v1" / ".staging"
+    staging = cache / "v2" / ".staging"
     return sorted(staging.iterdir()) if staging.is_dir() else []
 
 
 def _locks_free(cache: Path) -> bool:
     """Every build lock of the cache can be taken at once (nobody holds one)."""
-    for path in (cache / "v1" / ".locks").glob("*.lock"):
+    for path in (cache / "v2" / ".locks").glob("*.lock"):
         lock = filelock.FileLock(str(path), timeout=0)
         try:
             lock.acquire()
@@ -253,7 +253,7 @@ def test_compiler_killed_part_way_fails_that_build_only(tmp_path, fresh_cache, m
     thread.start()
     _wait_for(pid_file)
     if stage == "link":
-        (partial,) = (fresh_cache / "v1" / ".staging").glob("*/lib.so")
+        (partial,) = (fresh_cache / "v2" / ".staging").glob("*/lib.so")
         assert partial.stat().st_size == 1000
     os.kill(int(pid_file.read_text()), signal.SIGKILL)
     thread.join(60)
@@ -484,9 +484,9 @@ def test_full_cache_dir_raises_cache_dir_error(tmp_path, tmpfs, monkeypatch, fre
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(cache))
     with pytest.raises(CacheDirError) as info:
         _spec(_source(tmp_path, offset=30)).build()
-    _error_names_dir_and_variable(info.value, cache / "v1")
+    _error_names_dir_and_variable(info.value, cache / "v2")
     assert "No space left on device" in str(info.value)
-    assert _published(cache) == [] and _staging(cache) == [] and not (cache / "v1" / ".failed").exists()
+    assert _published(cache) == [] and _staging(cache) == [] and not (cache / "v2" / ".failed").exists()
     (tmpfs / "filler").unlink()
     assert _spec(_source(tmp_path, offset=30)).build().is_file()  # space again: it builds
 
@@ -502,7 +502,7 @@ def test_read_only_file_system_warm_loads_and_refuses_cold_builds_clearly(tmp_pa
     assert proc.returncode == 0 and proc.stdout.strip() == "41", proc.stderr
     with pytest.raises(CacheDirError, match="Read-only file system") as info:
         _spec(_source(tmp_path / "cold", offset=42)).build()
-    _error_names_dir_and_variable(info.value, cache / "v1")
+    _error_names_dir_and_variable(info.value, cache / "v2")
 
 
 def test_immutable_cache_dir_warm_loads_and_refuses_cold_builds_clearly(tmp_path, fresh_cache, monkeypatch):
@@ -515,7 +515,7 @@ def test_immutable_cache_dir_warm_loads_and_refuses_cold_builds_clearly(tmp_path
         assert _spec(warm).build().is_file()
         with pytest.raises(CacheDirError) as info:
             _spec(_source(tmp_path / "cold", offset=52)).build()
-        _error_names_dir_and_variable(info.value, fresh_cache / "v1")
+        _error_names_dir_and_variable(info.value, fresh_cache / "v2")
         assert "build lock" in str(info.value)
     finally:
         subprocess.run(["chattr", "-R", "-i", str(fresh_cache)], check=True)
@@ -552,7 +552,7 @@ def test_write_failures_anywhere_become_cache_dir_errors(tmp_path, fresh_cache, 
         monkeypatch.setattr(filelock.FileLock, "acquire", _raise(code))
     with pytest.raises(CacheDirError) as info:
         spec.build()
-    _error_names_dir_and_variable(info.value, fresh_cache / "v1")
+    _error_names_dir_and_variable(info.value, fresh_cache / "v2")
     assert os.strerror(code) in str(info.value)
     assert _published(fresh_cache) == [] and _staging(fresh_cache) == []
     monkeypatch.undo()

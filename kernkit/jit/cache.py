@@ -2,11 +2,11 @@
 
 Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit``)::
 
-    v1/<name>/<args>-<key16>/<build12>/   one published build: lib.so, meta.json, the generated
+    v2/<name>/<args>-<key16>/<build12>/   one published build: lib.so, meta.json, the generated
                                           units, build.ninja, build.log
-    v1/.locks/<key16>.lock                the per-key build lock
-    v1/.staging/...                       builds in progress (private to one process)
-    v1/.failed/<name>-<key16>/            the last failed build of a key, for inspection
+    v2/.locks/<key16>.lock                the per-key build lock
+    v2/.staging/...                       builds in progress (private to one process)
+    v2/.failed/<name>-<key16>/            the last failed build of a key, for inspection
 
 ``key16`` hashes what a spec says: the generated units, every flag, the backend, the target
 architecture, and the kernkit and tvm-ffi versions. ``build12`` hashes what the build found: the
@@ -38,7 +38,7 @@ from pathlib import Path
 from .backends import LIB_NAME
 from .config import CACHE_DIR_VAR, cache_dir
 
-LAYOUT = "v1"
+LAYOUT = "v2"
 
 #: A staging directory untouched for this long belongs to a build that was killed (a live build
 #: writes into its directory every few minutes at most); the next successful publish removes it.
@@ -60,7 +60,7 @@ def dir_problem(root: Path, doing: str, error: OSError) -> CacheDirError:
 
 
 def root() -> Path:
-    """``<cache>/v1``, absolute."""
+    """``<cache>/v2``, absolute."""
     return cache_dir().absolute() / LAYOUT
 
 

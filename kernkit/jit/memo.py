@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
@@ -17,9 +18,10 @@ def cache_once(fn: F) -> F:
 
     The hit path is one dict lookup, which ``torch.compile`` traces as plain Python (unlike
     ``functools.lru_cache``, which Dynamo cannot look into). A miss takes a lock of that key
-    only, so two threads asking for one cold key run ``fn`` once while other keys proceed; it
-    runs outside any graph Dynamo traces (``torch.compiler.disable``: a cold load inside
-    ``torch.compile`` is a graph break, never a tracing error). An exception is not cached.
+    only, so two threads asking for one cold key run ``fn`` once while other keys proceed. When
+    Dynamo is loaded a miss runs outside the graph it may be tracing (``torch.compiler.disable``:
+    a cold load inside ``torch.compile`` is a graph break, never a tracing error); without it
+    nothing imports Dynamo, which costs a second of process start. An exception is not cached.
     Arguments must be hashable; keyword arguments are part of the key.
 
     Example
@@ -32,7 +34,6 @@ def cache_once(fn: F) -> F:
     locks: dict[Hashable, threading.Lock] = {}
     guard = threading.Lock()
 
-    @torch.compiler.disable
     def compute(key: Hashable, args: tuple, kwargs: dict) -> Any:
         with guard:
             lock = locks.setdefault(key, threading.Lock())
@@ -47,6 +48,8 @@ def cache_once(fn: F) -> F:
         try:
             return cache[key]
         except KeyError:
+            if "torch._dynamo" in sys.modules:  # perhaps tracing: keep the load out of the graph
+                return torch.compiler.disable(compute)(key, args, kwargs)
             return compute(key, args, kwargs)
 
     wrapper.cache = cache  # type: ignore[attr-defined]

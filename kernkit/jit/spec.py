@@ -214,7 +214,7 @@ class JitSpec:
 
     @property
     def key_dir(self) -> Path:
-        """Where this key's builds live: ``<cache>/v1/<name>/<args>-<key16>``."""
+        """Where this key's builds live: ``<cache>/v2/<name>/<args>-<key16>``."""
         variant = (_SAFE.sub("_", "_".join(self.template_args)).strip("_") or "default")[:80]
         return cache.root() / _SAFE.sub("_", self.name)[:80] / f"{variant}-{self.key[:16]}"
 

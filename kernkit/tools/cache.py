@@ -40,7 +40,7 @@ def tree_size(path: Path) -> int:
 
 
 def published(kernel: str | None = None) -> list[tuple[Path, dict]]:
-    """The published builds, ``<cache>/v1/<name>/<args>-<key16>/<build12>/``.
+    """The published builds, ``<cache>/v2/<name>/<args>-<key16>/<build12>/``.
 
     Parameters
     ----------

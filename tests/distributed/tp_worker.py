@@ -236,7 +236,7 @@ def _barrier(dist, device) -> None:
 
 def published_titles(cache: str) -> list[str]:
     """The title of every build published in the cache (one ``meta.json`` each)."""
-    return [json.loads(p.read_text())["title"] for p in Path(cache).glob("v1/*/*/*/meta.json")]
+    return [json.loads(p.read_text())["title"] for p in Path(cache).glob("v2/*/*/*/meta.json")]
 
 
 def _check_compiled_once(results: list[dict], used: list[str], cache: str) -> None:

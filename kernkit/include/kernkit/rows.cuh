@@ -26,39 +26,17 @@ namespace rows {
 /// \brief Threads per block of every row-moving kernel.
 inline constexpr uint32_t kBlockThreads = 128;
 
-/// \brief The register type that moves `kBytes` bytes in one access.
+/// \brief The register type that moves `kBytes` bytes in one access: `uint4`, `uint2`,
+/// `uint32_t`, `uint16_t` or `uint8_t` for 16, 8, 4, 2 or 1 bytes.
 /// \tparam kBytes 1, 2, 4, 8 or 16.
 template <int32_t kBytes>
-struct RawVec;
-/// \brief 16 bytes: four 32-bit words.
-template <>
-struct RawVec<16> {
+struct RawVec {
+  static_assert(kBytes == 1 || kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "1, 2, 4, 8 or 16 bytes");
   /// \brief The register type.
-  using type = uint4;
-};
-/// \brief 8 bytes: two 32-bit words.
-template <>
-struct RawVec<8> {
-  /// \brief The register type.
-  using type = uint2;
-};
-/// \brief 4 bytes: one 32-bit word.
-template <>
-struct RawVec<4> {
-  /// \brief The register type.
-  using type = uint32_t;
-};
-/// \brief 2 bytes: one 16-bit word.
-template <>
-struct RawVec<2> {
-  /// \brief The register type.
-  using type = uint16_t;
-};
-/// \brief 1 bytes: one byte.
-template <>
-struct RawVec<1> {
-  /// \brief The register type.
-  using type = uint8_t;
+  using type = std::conditional_t<
+      kBytes == 16, uint4,
+      std::conditional_t<kBytes == 8, uint2,
+                         std::conditional_t<kBytes == 4, uint32_t, std::conditional_t<kBytes == 2, uint16_t, uint8_t>>>>;
 };
 
 /// \brief `RawVec<kBytes>::type`.

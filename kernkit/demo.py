@@ -10,7 +10,6 @@ Run: ``python -m kernkit.demo``.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import time
@@ -25,9 +24,9 @@ def _check(name: str, fn: Callable[[], bool]) -> bool:
     try:
         ok = fn()
     except Exception as e:  # the demo reports every op, then fails at the end
-        print(f"  {name:<48} FAILED: {type(e).__name__}: {e}")
+        print(f"  {name:<56} FAILED: {type(e).__name__}: {e}", flush=True)
         return False
-    print(f"  {name:<48} {'ok' if ok else 'MISMATCH'}  ({time.perf_counter() - start:.2f} s)")
+    print(f"  {name:<56} {'ok' if ok else 'MISMATCH'}  ({time.perf_counter() - start:.2f} s)", flush=True)
     return ok
 
 
@@ -90,22 +89,19 @@ def run_ops(device: str) -> bool:
 
 
 def compile_cuda_specializations() -> bool:
-    """Build (without running) the CUDA specializations the demo shapes need."""
-    from kernkit.ops import elementwise, embedding, kvcache
+    """Build (without running) the CUDA specializations the demo's shapes need, in parallel, the
+    way `python -m kernkit.jit warmup` does."""
+    from kernkit.ops.elementwise import scale_spec
+    from kernkit.ops.embedding import indexing_spec
+    from kernkit.ops.kvcache import store_spec
 
-    requests = [
-        *kvcache.specializations(torch.bfloat16, num_heads=8, head_dim=128),
-        *embedding.specializations(torch.float16, hidden_size=256),
-        *elementwise.specializations((torch.float32,)),
-    ]
+    specs = [store_spec(torch.bfloat16, (8, 128)), indexing_spec(torch.float16, 256), scale_spec(torch.float32)]
+    start = time.perf_counter()
     # The compilers run as subprocesses, so threads build the specializations in parallel.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        futures = [pool.submit(lambda r=r: (time.perf_counter(), r.build())) for r in requests]
-        start = time.perf_counter()
-        results = []
-        for req, fut in zip(requests, futures):
-            results.append(_check(f"nvcc {req.title}", lambda fut=fut: fut.result()[1].is_file()))
-    print(f"  ({len(requests)} builds in {time.perf_counter() - start:.1f} s)")
+        futures = [pool.submit(spec.build) for spec in specs]
+        results = [_check(f"nvcc {spec.label}", lambda fut=fut: fut.result().is_file()) for spec, fut in zip(specs, futures)]
+    print(f"  ({len(specs)} builds in {time.perf_counter() - start:.1f} s)")
     return all(results)
 
 
@@ -113,9 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernkit.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                         help="where to run the ops (auto: the GPU when one is visible)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each compile (kernkit.jit at INFO)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     print(f"kernkit demo: torch {torch.__version__}, running the ops on {device}")

@@ -230,12 +230,9 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -
 
 
 def _ninja() -> str:
-    try:
-        import ninja  # the PyPI package ships the binary
+    import ninja  # a dependency: the PyPI package ships the binary
 
-        return str(Path(ninja.BIN_DIR) / "ninja")
-    except ImportError:
-        return "ninja"
+    return str(Path(ninja.BIN_DIR) / "ninja")
 
 
 def run_ninja(build_dir: Path, title: str) -> str:

@@ -50,6 +50,10 @@ class Op:
 
 
 _ops: dict[str, Op] = {}
+
+
+def _nothing(*args, **kwargs) -> None:
+    """The fake of an op that returns nothing."""
 _libraries: dict[str, torch.library.Library] = {}
 
 
@@ -127,22 +131,24 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         returns = None if hints.get("return") is type(None) else hints.get("return")
         rest = [p for p in params if p.name != "out"]
 
+        def impl(*args, **kwargs):  # the custom ops run the public function (op_fn, below)
+            return op_fn(*args, **kwargs)
+
         if len(rest) == len(params):
-            op = _define(name, lambda *a, **k: op_fn(*a, **k), params, returns, mutates_args, fake or (lambda *a, **k: None))
+            op = _define(name, impl, params, returns, mutates_args, fake or _nothing)
 
             def traced(*args, **kwargs):
                 return op(*args, **kwargs)
         else:
             if fake is None:
                 raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
-            functional = _define(name, lambda *a, **k: op_fn(*a, **k), rest, returns, mutates_args, fake)
+            functional = _define(name, impl, rest, returns, mutates_args, fake)
 
             def out_impl(out, *args, **kwargs):
                 op_fn(*args, out=out, **kwargs)
 
             out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"),
-                             lambda *a, **k: None)
+            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"), _nothing)
 
             def traced(*args, **kwargs):
                 out = kwargs.pop("out", None)

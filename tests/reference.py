@@ -26,8 +26,8 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
 def indexing(out: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, start: int, length: int) -> None:
     """``out[t] = weight[ids[t] - start]``, a zero row where ``ids[t]`` is outside
     ``[start, start + length)``. Writes ``out``."""
-    local = ids.long() - start
-    valid = (local >= 0) & (local < length)
+    local = ids.long() - start  # wraps where ids < start; those rows are not valid
+    valid = (ids.long() >= start) & (local < length)
     dst = _bytes(out)
     dst.zero_()
     dst[valid] = _bytes(weight)[local[valid]]

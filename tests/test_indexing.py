@@ -57,6 +57,19 @@ def test_vocab_shard_with_padding_and_strided_tensors():
     assert (big_out[:, :hidden] == 7).all() and (big_out[:, 2 * hidden :] == 7).all()
 
 
+def test_ids_at_the_int64_limits_never_overflow():
+    """``ids - start`` is never formed for an id below ``start``: with id -2**63 and
+    ``vocab_range=(2**63 - 1, 50)`` the difference would wrap to 1 and return ``weight[1]``."""
+    weight = rand_rows((50, 16), torch.float32, torch.Generator().manual_seed(5))
+    top = 2**63 - 1
+    ids = torch.tensor([-(2**63), top, top - 1, 0, -1], dtype=torch.int64)
+    got = ops.indexing(weight, ids, vocab_range=(top, 50))
+    assert not got[[0, 2, 3, 4]].any() and torch.equal(got[1], weight[0])
+    assert same_bytes(got, expected(weight, ids, top, 50))
+    got = ops.indexing(weight, torch.tensor([-(2**63), 2**63 - 1, 49]), vocab_range=(0, 50))
+    assert not got[:2].any() and torch.equal(got[2], weight[49])
+
+
 def test_misaligned_output_view():
     gen = torch.Generator().manual_seed(4)
     weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)

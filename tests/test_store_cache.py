@@ -70,16 +70,27 @@ def test_fused_qkv_and_strided_caches():
     assert same_bytes(kv, kv_ref)
 
 
-def test_two_d_inputs_into_three_d_cache_and_misaligned_views():
+def test_misaligned_views():
     gen = torch.Generator().manual_seed(2)
     n = 5
     kc, vc = rand_rows((POOL, 4, 64), torch.bfloat16, gen), rand_rows((POOL, 4, 64), torch.bfloat16, gen)
     buf = rand_rows((n * 256 + 1,), torch.bfloat16, gen)
-    k = buf[1:].view(n, 256)  # 2-byte aligned only: the launcher narrows the access width
-    v = rand_rows((n, 256), torch.bfloat16, gen)
+    k = buf[1:].view(n, 4, 64)  # 2-byte aligned only: the launcher narrows the access width
+    v = rand_rows((n, 4, 64), torch.bfloat16, gen)
     idx = make_indices(n, POOL, torch.int32, gen)
     got, want = run_both(kc, vc, idx, k, v)
     assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])
+
+
+def test_rows_must_have_the_caches_head_layout():
+    """Same bytes per row, other heads: refused, as torch's index_copy_ refuses it."""
+    kc, vc = torch.zeros(POOL, 4, 64, dtype=torch.bfloat16), torch.zeros(POOL, 4, 64, dtype=torch.bfloat16)
+    idx = torch.tensor([1, 2])
+    for k, match in [(torch.ones(2, 8, 32, dtype=torch.bfloat16), r"'k': dimension 1 \('heads'\) expected 4 \(from 'k_cache'\), got 8"),
+                     (torch.ones(2, 256, dtype=torch.bfloat16), r"'k': expected a 3-d tensor like 'k_cache', got 2-d")]:
+        with pytest.raises(ValueError, match=match):
+            ops.store_cache(kc, vc, idx, k, k.clone())
+    assert not kc.any() and not vc.any()
 
 
 def test_empty_is_a_noop():

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernkit.jit import load_jit
 
@@ -24,6 +26,9 @@ def mod():
             ("match_same_dtype", "match_same_dtype"),
             ("match_unnamed", "match_unnamed"),
             ("match_shape_of", "match_shape_of"),
+            ("match_heads", "match_heads"),
+            ("footprints_overlap", "footprints_overlap"),
+            ("refuse_overlap", "refuse_overlap"),
             ("check_positive", "check_positive"),
             ("check_kind", "check_kind"),
             ("check_in_if_else", "check_in_if_else"),
@@ -143,3 +148,85 @@ def test_panic_and_runtime_check_raise_runtime_error(mod):
         mod.check_panic(1)
     with pytest.raises(RuntimeError, match=r"^Panic: n is 2$"):
         mod.check_panic(2)
+
+
+def test_dtype_names_follow_torch(mod):
+    with pytest.raises(TypeError, match=r"'b': expected dtype one of \{float32, int64\}, got complex64$"):
+        mod.match_pair(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.complex64))
+
+
+def test_size_one_dimensions_strides_are_ignored(mod):
+    """torch calls [rows, 1, head_dim] with strides (128, 1, 1) contiguous, and `.contiguous()`
+    leaves it so: the stride of a size-1 dimension is neither checked nor binds a symbol."""
+    t = torch.zeros(4, 1, 128).as_strided((4, 1, 128), (128, 1, 1))
+    assert t.is_contiguous() and t.contiguous().stride() == (128, 1, 1)
+    assert mod.match_heads(t) == 128
+    assert mod.match_heads(torch.zeros(1, 2, 8).as_strided((1, 2, 8), (7, 8, 1))) == -1
+    mod.match_pair(torch.zeros(1, 4).as_strided((1, 4), (1, 1)), torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"'t': stride 1 \('head_dim'\) expected 8 \(from 't'\), got 9"):
+        mod.match_heads(torch.zeros(80).as_strided((4, 2, 8), (18, 9, 1)))
+
+
+def _bytes_of(t: torch.Tensor) -> set[int]:
+    """Every byte address an element of ``t`` occupies, the slow way."""
+    if t.numel() == 0:
+        return set()
+    elem = t.element_size()
+    offsets = torch.zeros((), dtype=torch.int64)
+    for n, s in zip(t.shape, t.stride()):
+        offsets = offsets.unsqueeze(-1) + torch.arange(n) * s
+    base = t.data_ptr()
+    return {base + int(o) * elem + b for o in offsets.flatten().tolist() for b in range(elem)}
+
+
+@st.composite
+def two_views(draw):
+    """Two strided views of one 4096-byte buffer, of 1 to 3 dimensions and 1-, 2- or 4-byte
+    elements, often sharing dimension 0's stride (the case ``Footprint`` decides exactly)."""
+    buf = torch.zeros(4096, dtype=torch.uint8)
+    shared = draw(st.integers(1, 40))
+    views = []
+    for _ in range(2):
+        dtype = draw(st.sampled_from([torch.uint8, torch.int16, torch.int32]))
+        elem = torch.empty((), dtype=dtype).element_size()
+        shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))
+        strides = [shared if draw(st.booleans()) else draw(st.integers(0, 40))] + \
+            draw(st.lists(st.integers(-6, 12), min_size=len(shape) - 1, max_size=len(shape) - 1))
+        lo = sum(min(0, s * (n - 1)) for n, s in zip(shape, strides))
+        offset = draw(st.integers(-lo, -lo + 200))
+        views.append(buf.view(dtype)[: 4096 // elem].as_strided(shape, strides, offset) if min(strides) >= 0
+                     else None)
+    return views
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(views=two_views())
+def test_footprints_never_miss_an_overlap_and_are_exact_for_one_stride(mod, views):
+    a, b = views
+    if a is None or b is None:  # torch has no negative strides; Footprint's handling of them is not reachable here
+        return
+    real = bool(_bytes_of(a) & _bytes_of(b))
+    said = mod.footprints_overlap(a, b)
+    assert said or not real, (a.shape, a.stride(), b.shape, b.stride())
+    if a.numel() == 0 or b.numel() == 0:
+        assert not said
+        return
+    repeats = [t.shape[0] <= 1 or t.stride(0) == 0 or t.is_contiguous() for t in (a, b)]  # one segment
+    same_stride = any(repeats) or a.stride(0) * a.element_size() == b.stride(0) * b.element_size()
+    dense_rows = all(t.dim() < 2 or t[0].is_contiguous() for t in (a, b))  # a segment is exactly a row
+    if same_stride and dense_rows:
+        assert said == real, (a.shape, a.stride(), b.shape, b.stride())
+
+
+def test_check_no_overlap_names_both_tensors(mod):
+    buf = torch.zeros(64)
+    kv = torch.zeros(8, 2, 4)
+    mod.refuse_overlap(kv[:, 0], kv[:, 1], torch.zeros(3))  # interleaved rows never meet
+    mod.refuse_overlap(buf[:8], buf[8:16], buf[16:])
+    with pytest.raises(ValueError, match=r"^'w' and 'r' overlap in memory, and the kernel writes 'w'"):
+        mod.refuse_overlap(buf[:8], buf[8:16], buf[7:9])
+    with pytest.raises(ValueError, match=r"^'w' and 'w2' overlap in memory"):
+        mod.refuse_overlap(buf[:8], buf[7:16], torch.zeros(3))
+    with pytest.raises(ValueError, match=r"^'w2' and 'r' overlap in memory"):
+        mod.refuse_overlap(kv[:, 0], kv[:, 1], kv[3, 1, 2:])
+    mod.refuse_overlap(buf[:0], buf[:0], buf)  # no elements, no bytes

@@ -44,6 +44,25 @@ inline void match_shape_of(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::
   host::TensorMatcher(b.shape()).verify(c, "c");
 }
 
+/// [N, H, D] rows with heads D elements apart, any row stride (as `rows::verify_rows`); returns
+/// the bound row stride, or -1 when a single row left it unbound.
+inline int64_t match_heads(tvm::ffi::TensorView t) {
+  using namespace host;
+  SymbolicSize N{"rows"}, H{"heads"}, D{"head_dim"}, S{"row_stride"};
+  TensorMatcher({N, H, D}).with_strides({S, D, 1}).verify(t, "t");
+  return S.has_value() ? S.unwrap() : -1;
+}
+
+/// Whether the footprints of `a` and `b` overlap (`host::Footprint`).
+inline bool footprints_overlap(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
+  return overlap(host::Footprint(a), host::Footprint(b));
+}
+
+/// `check_no_overlap` with `w` and `w2` written and `r` read.
+inline void refuse_overlap(tvm::ffi::TensorView w, tvm::ffi::TensorView w2, tvm::ffi::TensorView r) {
+  host::check_no_overlap({{w, "w"}, {w2, "w2"}}, {{r, "r"}});
+}
+
 /// Unnamed tensors are reported by position.
 inline void match_unnamed(tvm::ffi::TensorView a) {
   host::TensorMatcher({4}).verify(a);

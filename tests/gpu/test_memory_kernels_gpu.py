@@ -105,8 +105,8 @@ def test_strided_and_misaligned_views(dtype):
     heads, dim, n, pool = 8, 128, 513, 2048
     qkv = rand_rows((n, 3 * heads, dim), dtype)
     k, v = qkv[:, heads : 2 * heads], qkv[:, 2 * heads :]
-    kv = rand_rows((pool, 2, heads * dim), dtype)
-    kc, vc = kv[:, 0], kv[:, 1]  # 2-d caches with a row stride of two rows
+    kv = rand_rows((pool, 2, heads, dim), dtype)
+    kc, vc = kv[:, 0], kv[:, 1]  # caches with a row stride of two rows, interleaved in one buffer
     idx = indices_for(n, pool, torch.int64)
     ref = kv.clone()
     ops.store_cache(kc, vc, idx, k, v)

@@ -100,6 +100,7 @@ inline std::string dtype_name(DLDataType dtype) {
     case kDLBool: base = "bool"; break;
     case kDLFloat8_e4m3fn: base = "float8_e4m3fn"; break;
     case kDLFloat8_e5m2: base = "float8_e5m2"; break;
+    case kDLComplex: base = "complex" + std::to_string(dtype.bits); break;
     default: base = "dtype(code=" + std::to_string(dtype.code) + ", bits=" + std::to_string(dtype.bits) + ")";
   }
   if (dtype.lanes != 1) base += "x" + std::to_string(dtype.lanes);
@@ -362,7 +363,9 @@ class TensorMatcher {
     for (int32_t i = 0; i < num_device_types_; ++i) device_types_[i] = list[i];
     return *this;
   }
-  /// \brief Check strides against a pattern instead of requiring a contiguous tensor.
+  /// \brief Check strides against a pattern instead of requiring a contiguous tensor. The
+  /// stride of a dimension of size 1 is not checked (and binds no symbol): it never forms an
+  /// address.
   /// \param strides One entry per dimension, in elements.
   TensorMatcher& with_strides(std::initializer_list<SizePattern> strides) {
     num_strides_ = copy(strides, strides_);
@@ -397,9 +400,10 @@ class TensorMatcher {
           << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
       const auto strides = tensor.strides();
       for (int32_t i = 0; i < rank_; ++i) {
-        // The stride of a dimension of size 1 never affects an address; torch reports various
-        // values for it, so a fixed pattern does not apply there.
-        if (shape[i] == 1 && strides_[i].sym_ == nullptr) continue;
+        // The stride of a dimension of size 1 never forms an address, and torch calls a tensor
+        // contiguous whatever it is (`.contiguous()` does not change it): no pattern applies
+        // there, and a symbol is neither checked nor bound by it.
+        if (shape[i] == 1) continue;
         check_size(strides_[i], strides[i], who, "stride", i, strides);
       }
     } else {
@@ -515,6 +519,84 @@ class TensorMatcher {
   SymbolicDevice* device_sym_ = nullptr;
   mutable int32_t count_ = 0;
 };
+
+/// \brief A superset of the bytes a tensor's elements occupy: `count` segments of `bytes` bytes,
+/// `stride` bytes apart, the first at `begin`. A segment is one index of dimension 0 with the
+/// span of the dimensions after it, so that two views that interleave in one buffer (K and V
+/// rows alternating, `buf[:, 0]` and `buf[:, 1]`) are seen not to meet, which one span per
+/// tensor could not tell from an overlap.
+struct Footprint {
+  uintptr_t begin = 0;  ///< First byte of the first segment.
+  int64_t count = 0;    ///< Segments; 0 for a tensor without elements, 1 when dimension 0 repeats.
+  int64_t stride = 0;   ///< Bytes from one segment to the next (> 0 when `count > 1`).
+  int64_t bytes = 0;    ///< Bytes per segment.
+
+  /// \brief The footprint of `t`; element strides may be negative or zero.
+  explicit Footprint(const tvm::ffi::TensorView& t) {
+    const auto shape = t.shape();
+    const auto strides = t.strides();
+    for (const int64_t n : shape) {
+      if (n == 0) return;
+    }
+    const int64_t elem = (static_cast<int64_t>(t.dtype().bits) * t.dtype().lanes + 7) / 8;
+    int64_t lo = 0;  // element offsets of the first and last element of a segment
+    int64_t hi = 0;
+    for (size_t i = 1; i < shape.size(); ++i) (strides[i] < 0 ? lo : hi) += strides[i] * (shape[i] - 1);
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    const int64_t step = rows > 1 ? strides[0] : 0;
+    begin = reinterpret_cast<uintptr_t>(data_ptr<const char>(t)) + (lo + (step < 0 ? step * (rows - 1) : 0)) * elem;
+    count = step == 0 ? 1 : rows;
+    stride = (step < 0 ? -step : step) * elem;
+    bytes = (hi - lo + 1) * elem;
+    if (count > 1 && stride == bytes) {  // packed segments are one (a contiguous tensor is one span)
+      bytes *= count;
+      count = 1;
+    }
+  }
+
+  /// \brief Whether a byte of some segment of `a` is a byte of some segment of `b`. Exact when
+  /// the two have the same stride (or one segment); otherwise their whole spans are compared.
+  friend bool overlap(const Footprint& a, const Footprint& b) {
+    if (a.count == 0 || b.count == 0) return false;
+    const int64_t step = a.count == 1 ? (b.count == 1 ? 1 : b.stride) : (b.count == 1 || b.stride == a.stride ? a.stride : 0);
+    const int64_t delta = static_cast<int64_t>(b.begin - a.begin);
+    if (step == 0) return delta < (a.count - 1) * a.stride + a.bytes && -delta < (b.count - 1) * b.stride + b.bytes;
+    // Segment j of b starts delta + k * step after segment i of a (k = j - i); they meet iff
+    // -b.bytes < delta + k * step < a.bytes. Take the least k above the lower bound.
+    const int64_t num = -b.bytes - delta;
+    int64_t k = num / step - ((num % step != 0 && num < 0) ? 1 : 0) + 1;
+    if (k < 1 - a.count) k = 1 - a.count;
+    return k <= b.count - 1 && delta + k * step < a.bytes;
+  }
+};
+
+/// \brief A tensor argument and the name error messages give it.
+struct NamedTensor {
+  const tvm::ffi::TensorView& tensor;  ///< The argument.
+  const char* role;                    ///< Its name.
+};
+
+/// \brief Refuse a call in which a tensor the kernel writes shares memory with another written
+/// tensor or with one it reads: the result would depend on the order in which threads run
+/// (torch refuses such writes as well). O(1) per pair (see `Footprint`); throws a `ValueError`
+/// naming both arguments.
+/// \code
+///   check_no_overlap({{k_cache, "k_cache"}, {v_cache, "v_cache"}}, {{indices, "indices"}, {k, "k"}, {v, "v"}});
+/// \endcode
+/// \param written The tensors the kernel writes.
+/// \param read The tensors it only reads (they may share memory with each other).
+inline void check_no_overlap(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> read = {}) {
+  for (auto w = written.begin(); w != written.end(); ++w) {
+    const Footprint fw(w->tensor);
+    const auto refuse = [&](const NamedTensor& o) {
+      KERNKIT_CHECK(!overlap(fw, Footprint(o.tensor)), ValueError)
+          << "'" << w->role << "' and '" << o.role << "' overlap in memory, and the kernel writes '" << w->role
+          << "': pass tensors that do not share bytes (e.g. " << o.role << ".clone())";
+    };
+    for (auto o = w + 1; o != written.end(); ++o) refuse(*o);
+    for (const auto& o : read) refuse(o);
+  }
+}
 
 }  // namespace host
 }  // namespace kernkit

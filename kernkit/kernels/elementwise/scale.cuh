@@ -62,7 +62,7 @@ __global__ void scale_kernel(T* __restrict__ dst, const T* __restrict__ src, flo
 /// device (a CPU tensor under the emulator). An empty tensor launches nothing.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
-/// \param out Output tensor.
+/// \param out Output tensor: `src` itself (in place) or memory `src` does not share.
 /// \param src Input tensor.
 /// \param factor The scale factor.
 template <typename T, bool kUsePDL>
@@ -78,6 +78,10 @@ void scale(tvm::ffi::TensorView out, tvm::ffi::TensorView src, float factor) {
       .with_dtype<T>()
       .verify(out, "out")
       .verify(src, "src");
+  // Both are contiguous and of one shape, so the same first byte means the same elements: the
+  // in-place scale, which every thread does safely (torch allows it too). Any other overlap is
+  // a shifted view, whose result would depend on the order of the threads.
+  if (data_ptr(out) != data_ptr(src)) check_no_overlap({{out, "out"}}, {{src, "src"}});
   const int64_t n = out.numel();
   if (n == 0) return;
 

@@ -52,11 +52,12 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
 
   // The ids (and the table) may come from an earlier kernel.
   device::PDLWaitPrimary<kUsePDL>();
-  const int64_t local = device::rows::load_index(p.ids, p.ids_int64, row) - p.start;
-  const bool valid = local >= 0 && local < p.length;
+  const int64_t id = device::rows::load_index(p.ids, p.ids_int64, row);
+  // start >= 0, so id - start cannot overflow once id >= start.
+  const bool valid = id >= p.start && id - p.start < p.length;
   // An invalid row points at row 0 and is never read through.
   const V* __restrict__ w =
-      reinterpret_cast<const V*>(static_cast<const char*>(p.weight) + (valid ? local : 0) * p.weight_stride);
+      reinterpret_cast<const V*>(static_cast<const char*>(p.weight) + (valid ? id - p.start : 0) * p.weight_stride);
 
   KERNKIT_UNROLL
   for (int64_t base = 0; base < Layout::kIters; base += Layout::kBatch) {
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) indexing_kernel(c
 /// \tparam kMaxVec Widest access the row size allows (a power of two <= 16 dividing it).
 /// \tparam kMaxPerThread Vectors per thread kept in flight.
 /// \tparam kUsePDL Launch with Programmatic Dependent Launch.
-/// \param out [n, hidden], written; rows may be strided.
+/// \param out [n, hidden], written; rows may be strided; shares no memory with `weight` or `ids`.
 /// \param weight [rows, hidden], same dtype: the table (or this rank's shard of it).
 /// \param ids int32 or int64 [n].
 /// \param vocab_range `(start, length)`: the first id the table holds and how many ids it holds
@@ -112,6 +113,7 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   const auto o = rows::verify_rows<kRowElems>(out, "out", num_tokens, out_shape, dtype, device, true);
   KERNKIT_CHECK(out.ndim() == 2, ValueError)
       << "'out': expected a 2-d [n, hidden] tensor, got " << out.ndim() << "-d";
+  check_no_overlap({{out, "out"}}, {{weight, "weight"}, {ids, "ids"}});
   int64_t start = 0;
   int64_t length = vocab.unwrap();
   if (vocab_range.has_value()) {

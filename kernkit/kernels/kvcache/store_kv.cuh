@@ -124,8 +124,9 @@ __global__ void __launch_bounds__(device::rows::kBlockThreads) store_kv_kernel(c
 /// \param k_cache [pool, heads, head_dim] or [pool, heads * head_dim], written in place.
 /// \param v_cache Same shape and dtype as `k_cache`, written in place.
 /// \param indices int32 or int64 [n]: destination rows; entries outside [0, pool) are skipped.
-/// \param k [n, heads, head_dim] or [n, heads * head_dim], same dtype; rows may be strided.
+/// \param k [n, ...] with the caches' row shape and dtype; rows may be strided.
 /// \param v Same shape and dtype as `k`.
+/// No two of the tensors may share memory, except `k`, `v` and `indices` among themselves.
 template <int32_t kElemBytes, int64_t kRowBytes, int32_t kMaxVec, int32_t kMaxPerThread, bool kUsePDL,
           bool kStreamStores = false>
 void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm::ffi::TensorView indices,
@@ -139,13 +140,13 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
   rows::set_dtypes_of_size<kElemBytes>(dtype);
   SymbolicDevice device;
   device.set_options<kDLCUDA>();
-  rows::RowShape cache_shape;
-  rows::RowShape input_shape;
-  const auto kc = rows::verify_rows<kRowElems>(k_cache, "k_cache", pool, cache_shape, dtype, device, true);
-  const auto vc = rows::verify_rows<kRowElems>(v_cache, "v_cache", pool, cache_shape, dtype, device, true);
-  const auto kk = rows::verify_rows<kRowElems>(k, "k", num_tokens, input_shape, dtype, device);
-  const auto vv = rows::verify_rows<kRowElems>(v, "v", num_tokens, input_shape, dtype, device);
+  rows::RowShape row_shape;  // one for all four: a row of K is a row of the cache, head by head
+  const auto kc = rows::verify_rows<kRowElems>(k_cache, "k_cache", pool, row_shape, dtype, device, true);
+  const auto vc = rows::verify_rows<kRowElems>(v_cache, "v_cache", pool, row_shape, dtype, device, true);
+  const auto kk = rows::verify_rows<kRowElems>(k, "k", num_tokens, row_shape, dtype, device);
+  const auto vv = rows::verify_rows<kRowElems>(v, "v", num_tokens, row_shape, dtype, device);
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(indices, "indices");
+  check_no_overlap({{k_cache, "k_cache"}, {v_cache, "v_cache"}}, {{k, "k"}, {v, "v"}, {indices, "indices"}});
 
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;

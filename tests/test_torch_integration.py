@@ -244,18 +244,128 @@ def test_torch_export_non_strict_routes_to_the_custom_ops():
         assert same_bytes(g, w)
 
 
-def test_mutating_custom_ops_bump_version_counters():
-    """As torch's in-place ops do: autograd refuses a saved tensor that store_cache overwrote."""
-    kc = torch.zeros(4, 8)
-    version = kc._version
-    torch.ops.kernkit.store_cache(kc, torch.zeros(4, 8), torch.tensor([1]), torch.ones(1, 8), torch.ones(1, 8))
-    assert kc._version > version and torch.equal(kc[1], torch.ones(8))
-    leaf = torch.zeros(4, 8, requires_grad=True)
-    saved = leaf * 1.0
-    loss = (saved * saved).sum()
-    torch.ops.kernkit.store_cache(saved, torch.zeros(4, 8), torch.tensor([1]), torch.ones(1, 8), torch.ones(1, 8))
+def _overwrite(via: str, what: str, target: torch.Tensor) -> None:
+    """Write 100 into every element of the [4, 8] float32 ``target`` through one op."""
+    full = torch.full((4, 8), 100.0)
+    if what == "store_cache":
+        args = (target, torch.zeros(4, 8), torch.arange(4), full, full)
+        (torch.ops.kernkit.store_cache if via == "custom op" else ops.store_cache)(*args)
+    elif what == "indexing":
+        if via == "custom op":
+            torch.ops.kernkit.indexing_out(target, full, torch.arange(4), None)
+        else:
+            ops.indexing(full, torch.arange(4), out=target)
+    elif via == "custom op":
+        torch.ops.kernkit.scale_out(target, full, 1.0)
+    else:
+        ops.scale(full, 1.0, out=target)
+
+
+@pytest.mark.parametrize("via", ["op", "custom op"])
+@pytest.mark.parametrize("what", ["store_cache", "indexing", "scale"])
+def test_in_place_writes_bump_version_counters(via, what):
+    """As torch's in-place ops do: autograd refuses a saved tensor an op overwrote (the gradient
+    would be 100 where it is 3), in both the plain and the torch.ops form."""
+    weight = torch.ones(4, 8, requires_grad=True)
+    saved = torch.full((4, 8), 3.0)
+    loss = (weight * saved).sum()  # saves `saved` for backward
+    version = saved._version
+    _overwrite(via, what, saved)
+    assert saved._version > version and torch.equal(saved, torch.full((4, 8), 100.0))
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+@pytest.mark.parametrize("via", ["op", "custom op"])
+@pytest.mark.parametrize("what", ["store_cache", "indexing", "scale"])
+def test_writes_torch_refuses_are_refused(via, what):
+    """A tensor that requires grad (under grad mode) and an inference tensor outside
+    inference mode are refused, as torch refuses them for its in-place ops, and not written;
+    under torch.no_grad() and inside inference mode they are written."""
+    leaf = torch.zeros(4, 8, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^'(k_cache|out)': requires grad, and kernkit ops are not differentiable"):
+        _overwrite(via, what, leaf)
+    with pytest.raises(RuntimeError, match=r"^'(k_cache|out)': requires grad"):
+        _overwrite(via, what, leaf * 1.0)
+    assert not leaf.any()
+    with torch.no_grad():
+        _overwrite(via, what, leaf)
+    assert torch.equal(leaf.detach(), torch.full((4, 8), 100.0))
+    with torch.inference_mode():
+        frozen = torch.zeros(4, 8)
+    with pytest.raises(RuntimeError, match=r"^'(k_cache|out)': is an inference tensor"):
+        _overwrite(via, what, frozen)
+    assert not frozen.any()
+    with torch.inference_mode():
+        _overwrite(via, what, frozen)
+    assert torch.equal(frozen, torch.full((4, 8), 100.0))
+
+
+def test_negative_bit_is_refused_by_the_op_and_resolved_by_torch_ops():
+    """torch's lazy negation (z.conj().imag) is not in DLPack: the plain op refuses it, naming
+    the argument, and writes nothing; through torch.ops torch's own fallback resolves an input
+    with it before the kernel runs, so the result is right."""
+    z = torch.randn(4, 8, dtype=torch.complex64)
+    neg = z.conj().imag
+    assert neg.is_neg()
+    with pytest.raises(ValueError, match=r"^'src': has torch's negative bit set"):
+        ops.scale(neg, 2.0)
+    out = torch.zeros(4, 8)
+    with pytest.raises(ValueError, match=r"^'out': has torch's negative bit set"):
+        ops.scale(torch.ones(4, 8), 2.0, out=torch._neg_view(out))
+    assert not out.any()
+    assert torch.equal(torch.ops.kernkit.scale(neg, 2.0), -2.0 * z.imag)
+    assert torch.equal(ops.scale(neg.resolve_neg(), 2.0), -2.0 * z.imag)
+
+
+def test_conjugate_bit_only_exists_on_complex_tensors_which_no_kernel_takes():
+    z = torch.randn(4, 8, dtype=torch.complex64).conj()
+    assert z.is_conj()
+    with pytest.raises(TypeError, match=r"'src': unsupported dtype"):
+        ops.scale(z, 2.0)
+    with pytest.raises(TypeError, match=r"'k_cache': dtype complex64 is not supported"):
+        ops.store_cache(z, z, torch.arange(4), z, z)
+
+
+# --- fork: the emulator's host threads do not survive into a child -------------------------
+
+FORK_SCRIPT = r"""
+import os, sys, torch
+from kernkit import ops
+
+x = torch.ones(100_000)
+assert torch.equal(ops.scale(x, 2.0), x * 2)  # big enough to run on the emulator's thread pool
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:
+        torch.set_num_threads(1)  # torch's own OpenMP pool is not fork-safe (DataLoader does this too)
+        os._exit(0 if torch.equal(ops.scale(x, 3.0), x * 3) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+else:
+    class Scaled(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return ops.scale(torch.full((50_000,), float(i)), 2.0)
+
+    loader = torch.utils.data.DataLoader(Scaled(), batch_size=2, num_workers=2, multiprocessing_context="fork")
+    got = torch.cat([b.flatten() for b in loader])
+    assert torch.equal(got, torch.arange(8.0).repeat_interleave(50_000) * 2)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["fork", "dataloader"])
+def test_ops_work_in_forked_children(how):
+    """After the parent ran an op on the emulator's host-thread pool, a fork()ed child (and a
+    DataLoader worker) runs ops too; before, the child waited forever for the parent's threads."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", FORK_SCRIPT, how], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stdout + res.stderr
 
 
 # --- no kernel here: an error that says what to do, never a silent fallback ------------------

@@ -35,8 +35,8 @@ def row_bytes(dtype: torch.dtype, row_shape: Sequence[int], role: str) -> int:
         raise TypeError(f"'{role}': dtype {str(dtype).removeprefix('torch.')} is not supported; the row kernels "
                         "take 1-, 2-, 4- or 8-byte integer and floating-point dtypes")
     if len(row_shape) not in (1, 2):
-        raise ValueError(f"'{role}': expected a 2-d [rows, elems] or 3-d [rows, heads, head_dim] tensor, got "
-                         f"{len(row_shape) + 1}-d")
+        raise ValueError(f"'{role}': expected rows of shape [elems] or [heads, head_dim], got "
+                         f"[{', '.join(map(str, row_shape))}]")
     nbytes = math.prod(row_shape) * dtype.itemsize
     if nbytes <= 0:
         raise ValueError(f"'{role}': rows are empty (shape [*, {', '.join(map(str, row_shape))}])")
@@ -53,6 +53,9 @@ def store_spec(dtype: torch.dtype, row_shape: Sequence[int], backend: str | None
 # does not change between calls.
 @cache_once
 def _module(dtype: torch.dtype, shape: torch.Size, is_cuda: bool):
+    if len(shape) not in (2, 3):
+        raise ValueError(f"'k_cache': expected a 2-d [rows, elems] or 3-d [rows, heads, head_dim] tensor, got "
+                         f"{len(shape)}-d")
     return store_spec(dtype, shape[1:], None if is_cuda else "emu").build_and_load()
 
 

@@ -14,6 +14,7 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -769,16 +770,30 @@ class HostPool {
   unsigned want_ = 0;
 };
 
-/// \brief The process-wide pool (leaked on purpose: its threads are detached at exit).
-inline HostPool& host_pool() {
-  static HostPool* pool = new HostPool();
-  return *pool;
+/// \brief The process-wide pool and the lock that serializes launches (both leaked on purpose:
+/// the pool's threads are detached at exit).
+///
+/// A `fork()`ed child (a DataLoader worker, a multiprocessing pool) inherits neither the pool's
+/// threads nor a consistent state of its mutexes, so the child starts from a new pool and a new
+/// lock: the old ones are abandoned, not destroyed, since destroying a `std::thread` that was
+/// never joined terminates the process.
+struct HostState {
+  HostPool* pool = new HostPool();
+  std::mutex* launch = new std::mutex();
+};
+
+inline HostState& host_state() {
+  static HostState* state = [] {
+    auto* s = new HostState();
+    pthread_atfork(nullptr, nullptr, [] { host_state() = HostState(); });
+    return s;
+  }();
+  return *state;
 }
 
-inline std::mutex& launch_mutex() {
-  static std::mutex* m = new std::mutex();
-  return *m;
-}
+inline HostPool& host_pool() { return *host_state().pool; }
+
+inline std::mutex& launch_mutex() { return *host_state().launch; }
 
 /// \brief Seed set by `ScheduleGuard` for launches from this host thread; -1 when none.
 inline thread_local int64_t tl_seed_override = -1;

@@ -5,7 +5,7 @@ scatter kernel without the bounds check (tests/csrc/unchecked_scatter.cuh) must 
 
 Sanitized builds go to a private cache (``KERNKIT_EMU_SANITIZE`` is part of the build flags),
 are compiled in a plain subprocess, and are loaded in subprocesses that preload the ASan
-runtime (see docs/emulator.md)."""
+runtime and libstdc++ (see docs/emulator.md). A bad argument still raises the Python exception."""
 
 from __future__ import annotations
 
@@ -106,22 +106,40 @@ print("SCATTER-DONE")
 """
 
 
-def asan_runtime() -> str | None:
-    try:
-        path = subprocess.run(["c++", "-print-file-name=libasan.so"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return path if os.path.isabs(path) and os.path.exists(path) else None
+BAD_ARGUMENT = _PLANTED_REQUEST + """
+import torch
+mod = PLANTED.build_and_load()
+try:
+    mod.scatter(torch.zeros(1000), torch.ones(3), torch.zeros(3, dtype=torch.int32))  # idx must be int64
+except TypeError as e:
+    print("RAISED", e)
+"""
+
+
+def asan_preload() -> str | None:
+    """``LD_PRELOAD`` for a sanitized module: the ASan runtime, then libstdc++. ASan binds its
+    ``__cxa_throw`` interceptor at start-up; with libstdc++ loaded only later (by torch), the
+    first C++ exception the module throws aborts the process ("CHECK failed ... __cxa_throw")."""
+    paths = []
+    for lib in ("libasan.so", "libstdc++.so.6"):
+        try:
+            path = subprocess.run(["c++", f"-print-file-name={lib}"], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        if not (os.path.isabs(path) and os.path.exists(path)):
+            return None
+        paths.append(path)
+    return " ".join(paths)
 
 
 @pytest.fixture(scope="module")
 def asan(tmp_path_factory):
     """Runs a script in a subprocess with the sanitized builds of a private cache; ``preload``
-    adds the ASan runtime."""
-    libasan = asan_runtime()
-    if libasan is None:
-        pytest.skip("the host compiler has no AddressSanitizer runtime (libasan.so)")
+    adds the ASan runtime and libstdc++."""
+    libs = asan_preload()
+    if libs is None:
+        pytest.skip("the host compiler has no AddressSanitizer runtime (libasan.so) or libstdc++.so.6")
     cache = tmp_path_factory.mktemp("asan-cache")
     env = dict(os.environ, KERNKIT_EMU_SANITIZE="1", KERNKIT_CACHE_DIR=str(cache),
                KERNKIT_EMU_SEED="0")
@@ -130,7 +148,7 @@ def asan(tmp_path_factory):
     def run(script: str, *args: str, preload: bool = True) -> subprocess.CompletedProcess:
         e = dict(env)
         if preload:
-            e.update(LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
+            e.update(LD_PRELOAD=libs, ASAN_OPTIONS="detect_leaks=0", UBSAN_OPTIONS="print_stacktrace=1")
         return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True,
                               text=True, env=e, timeout=900)
 
@@ -147,6 +165,13 @@ def test_ops_with_out_of_range_indices_are_clean_under_asan(asan):
     res = asan(OPS)
     assert res.returncode == 0 and no_sanitizer_report(res), res.stdout + res.stderr[-6000:]
     assert "OPS-UNDER-ASAN-OK" in res.stdout
+
+
+def test_bad_argument_raises_the_python_exception_under_asan(asan):
+    """The module's C++ exception (a TensorMatcher error) reaches Python; the process goes on."""
+    res = asan(BAD_ARGUMENT)
+    assert res.returncode == 0 and no_sanitizer_report(res), res.stdout + res.stderr[-6000:]
+    assert "RAISED" in res.stdout and "idx" in res.stdout, res.stdout
 
 
 def test_planted_scatter_in_range_is_clean(asan):

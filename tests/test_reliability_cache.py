@@ -1,7 +1,8 @@
 """Reliability of the build cache under stress and damage: many processes and threads racing on
 one cold key, builds killed part-way, damaged libraries and records, read-only and full cache
-directories, a file lock that does not lock (NFS without lock support), and two kernkit versions
-sharing one cache. docs/reliability.md summarizes what these tests tried and what held.
+directories, compiler output and paths that are not UTF-8, a lock held by a stopped build, a file
+lock that does not lock (NFS without lock support), and two kernkit versions sharing one cache.
+docs/reliability.md summarizes what these tests tried and what held.
 
 Every build is a tiny host-only C++ module. A library this process has loaded is never damaged
 afterwards (a mapped file that shrinks kills the process with SIGBUS): damage happens before the
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import random
 import shutil
@@ -529,6 +531,7 @@ def _raise(code: int):
 
 @pytest.mark.parametrize("where,code", [
     ("sources", errno.ENOSPC),  # writing the generated unit into the staging directory
+    ("ninja", errno.ENOSPC),  # writing build.ninja there
     ("flush", errno.ENOSPC),  # flushing the library and meta.json before publishing
     ("rename", errno.EROFS),  # the publishing rename
     ("lock", errno.EROFS),  # creating the lock file
@@ -537,10 +540,11 @@ def test_write_failures_anywhere_become_cache_dir_errors(tmp_path, fresh_cache, 
     """Simulated where no real file system can be made to fail at that step: each OSError comes
     out as a CacheDirError naming the directory and the variable, with nothing published."""
     spec = _spec(_source(tmp_path, offset=60))
-    if where == "sources":
-        real = Path.write_text
-        monkeypatch.setattr(Path, "write_text",
-                            lambda self, *a, **k: _raise(code)() if self.name == "host.cc" else real(self, *a, **k))
+    if where in ("sources", "ninja"):
+        real = Path.write_bytes
+        name = "host.cc" if where == "sources" else "build.ninja"
+        monkeypatch.setattr(Path, "write_bytes",
+                            lambda self, data: _raise(code)() if self.name == name else real(self, data))
     elif where == "flush":
         monkeypatch.setattr(os, "fsync", _raise(code))
     elif where == "rename":
@@ -555,9 +559,125 @@ def test_write_failures_anywhere_become_cache_dir_errors(tmp_path, fresh_cache, 
     _error_names_dir_and_variable(info.value, fresh_cache / "v2")
     assert os.strerror(code) in str(info.value)
     assert _published(fresh_cache) == [] and _staging(fresh_cache) == []
+    assert not list((fresh_cache / "v2" / ".locks").glob("*.holder"))
     monkeypatch.undo()
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(fresh_cache))
     assert spec.build().is_file()  # once writes work again, it builds
+
+
+# -- compiler output and paths that are not UTF-8 ------------------------------------------------
+
+
+def _latin1_source(folder: Path, directive: str, offset: int) -> Path:
+    """``answer.h`` with a ``#warning`` or ``#error`` line holding a Latin-1 byte (not UTF-8)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    src = folder / "answer.h"
+    src.write_bytes(b"#%s caf\xe9 in the source\n" % directive.encode() + SOURCE.format(offset=offset).encode())
+    return src
+
+
+def _not_utf8(path: Path, name: bytes) -> Path:
+    """``path / name`` for a name that is not UTF-8, spelled as ``os.fsdecode`` does (surrogates)."""
+    return Path(os.fsdecode(os.fsencode(path) + b"/" + name))
+
+
+def test_latin1_warning_builds_loads_and_keeps_the_compilers_bytes(tmp_path, fresh_cache):
+    assert _load(_latin1_source(tmp_path, "warning", offset=100)).answer(1) == 101
+    (lib,) = _published(fresh_cache)
+    assert b"#warning caf\xe9 in the source" in (lib.parent / "build.log").read_bytes()
+
+
+def test_latin1_error_raises_compile_error_and_keeps_the_log(tmp_path, fresh_cache):
+    with pytest.raises(CompileError) as info:
+        _load(_latin1_source(tmp_path, "error", offset=101))
+    text = str(info.value)
+    assert "#error caf\ufffd in the source" in text, text
+    (failed,) = (fresh_cache / "v2" / ".failed").iterdir()
+    assert f"log:     {failed / 'build.log'}" in text, text
+    assert b"#error caf\xe9 in the source" in (failed / "build.log").read_bytes()
+    assert _published(fresh_cache) == [] and _staging(fresh_cache) == []
+
+
+def test_kernel_in_a_directory_whose_name_is_not_utf8_builds_and_hits(tmp_path, fresh_cache, monkeypatch):
+    """The generated unit includes the header by that path, and ``ninja -t deps`` reports it back."""
+    monkeypatch.setenv("CXX", str(_cxx(tmp_path)))
+    src = _latin1_source(_not_utf8(tmp_path, b"caf\xe9"), "warning", offset=102)
+    assert _load(src).answer(1) == 103
+    assert _spec(src).build() == _published(fresh_cache)[0] and _compiles(fresh_cache) == 1
+    meta = jit_cache.read_build(_published(fresh_cache)[0].parent)
+    assert str(src) in [dep[0] for dep in meta["deps"]]
+
+
+def test_cache_dir_whose_name_is_not_utf8_builds_and_loads(tmp_path, monkeypatch):
+    """tvm-ffi takes UTF-8 paths only; the library still loads, cold here and warm in a new process."""
+    cache = _not_utf8(tmp_path, b"caf\xe9") / "cache"
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(cache))
+    src = _source(tmp_path, offset=104)
+    assert _load(src).answer(1) == 105 and _load(src).answer(2) == 106
+    proc = _start_build(src, dict(os.environ))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and out.strip() == "105", err
+    assert len(_published(cache)) == 1
+
+
+def test_compiler_version_that_is_not_utf8_is_recorded(tmp_path, fresh_cache, monkeypatch):
+    cxx = tmp_path / "latin1-c++"
+    cxx.write_text('#!/bin/bash\n[ "$1" = --version ] && { printf "c++ (caf\\xe9) 1.0\\n"; exit 0; }\nexec c++ "$@"\n')
+    cxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cxx))
+    path = _spec(_source(tmp_path, offset=106)).build()
+    assert jit_cache.read_build(path.parent)["compilers"][0]["version"] == "c++ (caf\ufffd) 1.0"
+
+
+def test_clangd_version_that_is_not_utf8_is_read(tmp_path, monkeypatch):
+    from kernkit.tools.clangd import find_clangd
+
+    clangd = tmp_path / "clangd"
+    clangd.write_text('#!/bin/bash\nprintf "caf\\xe9 clangd version 21.1.0\\n"\n')
+    clangd.chmod(0o755)
+    monkeypatch.setenv("KERNKIT_CLANGD", str(clangd))
+    assert find_clangd() == (str(clangd), (21, 1, 0))
+
+
+# -- a lock held by a build that makes no progress -----------------------------------------------
+
+
+def test_build_waiting_on_a_stopped_builds_lock_says_who_holds_it_and_waits_on(tmp_path, fresh_cache, monkeypatch):
+    """A build process is stopped (SIGSTOP) while it compiles, holding the key's lock: after
+    ``LOCK_WARN_SECONDS`` a second build logs once which specialization waits, for which pid and
+    lock file, and how to break it; it keeps waiting and takes the build once the holder goes on."""
+    started = tmp_path / "compile-started"
+    monkeypatch.setenv("CXX", str(_cxx(tmp_path, before=f'touch "{started}"; sleep 1')))
+    monkeypatch.setattr(jit_cache, "LOCK_WARN_SECONDS", 0.3)
+    src = _source(tmp_path, offset=107)
+    holder = _start_build(src, dict(os.environ))
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("kernkit.jit").addHandler(handler)
+    paths: list[Path] = []
+    waiter = threading.Thread(target=lambda: paths.append(_spec(src).build()))
+    try:
+        _wait_for(started)
+        os.killpg(holder.pid, signal.SIGSTOP)
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not records and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)  # long enough for a second message, if there were one
+        assert waiter.is_alive() and not paths
+    finally:
+        os.killpg(holder.pid, signal.SIGCONT)
+        out, err = holder.communicate(timeout=120)
+        logging.getLogger("kernkit.jit").removeHandler(handler)
+    waiter.join(60)
+    assert holder.returncode == 0 and out.strip() == "108", err
+    (message,) = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    (lock,) = (fresh_cache / "v2" / ".locks").glob("*.lock")
+    assert _spec(src).label in message and f"pid {holder.pid} on " in message, message
+    assert str(lock) in message and "kill it" in message and f"delete {lock}" in message, message
+    assert paths == _published(fresh_cache) and _compiles(fresh_cache) == 1
+    assert not list(lock.parent.glob("*.holder"))  # a holder's pid goes with its lock
 
 
 # -- no working file lock (NFS without lock support) ---------------------------------------------

@@ -51,8 +51,9 @@ class ToolchainError(RuntimeError):
 class CompileError(RuntimeError):
     """A specialization failed to compile or link.
 
-    Attributes: ``spec`` (its title), ``source`` (the generated unit that failed), ``command``
-    (the compiler command line), ``errors`` (the first error lines) and ``log`` (all output).
+    Attributes: ``spec`` (its title), ``source`` (the generated unit that failed, in the build
+    directory), ``command`` (the compiler command line), ``errors`` (the first error lines) and
+    ``log`` (all output, decoded; the compilers' bytes are in ``build.log`` next to ``source``).
     """
 
     def __init__(self, spec: str, source: str, command: str, errors: list[str], log: str) -> None:
@@ -60,7 +61,7 @@ class CompileError(RuntimeError):
         text = "\n".join(errors) if errors else log.strip()[-4000:]
         body = "\n".join("    " + line for line in text.splitlines())
         super().__init__(f"kernkit failed to build {spec}\n  source:  {source}\n  command: {command}\n"
-                         f"  errors:\n{body}")
+                         f"  log:     {os.path.join(os.path.dirname(source), 'build.log')}\n  errors:\n{body}")
 
 
 def find_cuda_home() -> Path | None:
@@ -108,10 +109,10 @@ def stamp(path: str) -> list:
 def version(path: str) -> str:
     """The release line(s) of ``path --version``, for a build's record (never on a load)."""
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise ToolchainError(f"cannot run '{path} --version': {e}") from e
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    lines = [line.strip() for line in out.decode(errors="replace").splitlines() if line.strip()]
     # nvcc names its release on later lines; gcc and clang on the first.
     release = [line for line in lines if "release" in line or line.startswith("Build ")]
     return " | ".join(release) if release else (lines[0] if lines else "unknown")
@@ -146,8 +147,7 @@ class Backend:
         """Compile and link ``lib.so`` in ``build_dir``; return the headers the units read.
         Raises ``CompileError``."""
         write_ninja(self, spec, compilers, build_dir)
-        log = run_ninja(build_dir, spec.title)
-        (build_dir / "build.log").write_text(log)
+        run_ninja(build_dir, spec.title)
         return ninja_deps(build_dir)
 
 
@@ -208,7 +208,9 @@ def includes(cuda: bool) -> list[str]:
 
 def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -> None:
     """Write the units and a ``build.ninja`` that compiles them (with dependency output) and links
-    ``lib.so``; ``ninja -C <dir>`` repeats the build by hand."""
+    ``lib.so``; ``ninja -C <dir>`` repeats the build by hand. Both are written with the file
+    system's encoding, so paths that are not UTF-8 (``os.fsdecode``'s surrogates) stay the same
+    bytes."""
     user = [f"-I{p}" for p in spec.extra_include_paths]
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
@@ -222,11 +224,11 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -
     out += ["rule link", f"  command = {_quote(compilers[:1])} -shared $in {_quote(link)} -o $out", ""]
     objs = []
     for name, text, rule in spec.units:
-        (build_dir / name).write_text(text)
+        (build_dir / name).write_bytes(os.fsencode(text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
-    (build_dir / "build.ninja").write_text("\n".join(out))
+    (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
 
 
 def _ninja() -> str:
@@ -235,13 +237,15 @@ def _ninja() -> str:
     return str(Path(ninja.BIN_DIR) / "ninja")
 
 
-def run_ninja(build_dir: Path, title: str) -> str:
-    """Run the build; return its output, or raise ``CompileError`` naming the failed command."""
+def run_ninja(build_dir: Path, title: str) -> None:
+    """Run the build, keeping its output in ``build.log`` as the compilers wrote it (any
+    encoding); raise ``CompileError`` naming the failed command."""
     proc = subprocess.run([_ninja(), "-C", str(build_dir), "-v"], capture_output=True)
-    log = (proc.stdout + proc.stderr).decode(errors="replace")
+    raw = proc.stdout + proc.stderr
+    (build_dir / "build.log").write_bytes(raw)
     if proc.returncode == 0:
-        return log
-    (build_dir / "build.log").write_text(log)
+        return
+    log = raw.decode(errors="replace")
     lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]
     at = next((i for i, ln in enumerate(lines) if ln.startswith("FAILED:")), None)
     if at is None:
@@ -255,10 +259,9 @@ def run_ninja(build_dir: Path, title: str) -> str:
 
 def ninja_deps(build_dir: Path) -> list[Path]:
     """The headers the compilers reported reading (``ninja -t deps``), outside ``build_dir``."""
-    out = subprocess.run([_ninja(), "-C", str(build_dir), "-t", "deps"], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run([_ninja(), "-C", str(build_dir), "-t", "deps"], capture_output=True, check=True).stdout
     found = []
-    for line in out.splitlines():
+    for line in os.fsdecode(out).splitlines():  # paths: bytes that need not be UTF-8
         if line.startswith((" ", "\t")) and line.strip():
             path = Path(os.path.normpath(build_dir / line.strip()))
             if build_dir not in path.parents:

@@ -5,6 +5,7 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
     v2/<name>/<args>-<key16>/<build12>/   one published build: lib.so, meta.json, the generated
                                           units, build.ninja, build.log
     v2/.locks/<key16>.lock                the per-key build lock
+    v2/.locks/<key16>.holder              "pid <pid> on <host>" of the build holding it
     v2/.staging/...                       builds in progress (private to one process)
     v2/.failed/<name>-<key16>/            the last failed build of a key, for inspection
 
@@ -28,8 +29,10 @@ import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import shutil
+import socket
 import time
 import uuid
 import warnings
@@ -43,6 +46,9 @@ LAYOUT = "v2"
 #: A staging directory untouched for this long belongs to a build that was killed (a live build
 #: writes into its directory every few minutes at most); the next successful publish removes it.
 STALE_STAGING_SECONDS = 6 * 3600
+
+#: A build that has waited this long for its key's lock logs, once, who holds it; then it waits on.
+LOCK_WARN_SECONDS = 5.0
 
 
 class CacheDirError(RuntimeError):
@@ -146,19 +152,41 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
 
 
 @contextlib.contextmanager
-def locked(key: str):
-    """Hold the file lock of one key (``filelock``: an ``flock``, released if the process dies)."""
+def locked(key: str, label: str):
+    """Hold the file lock of one key (``filelock``: an ``flock``, released if the process dies).
+    A wait longer than ``LOCK_WARN_SECONDS`` logs once, through the ``kernkit.jit`` logger, that
+    the build of ``label`` waits, for which process, and how to break the lock; it never times out.
+    """
     import filelock  # only builds need it: importing it costs ~10 ms of a process start
 
     ensure_dir(root() / ".locks")
-    lock = filelock.FileLock(str(root() / ".locks" / f"{key[:16]}.lock"))
+    path = root() / ".locks" / f"{key[:16]}.lock"
+    # Not in the lock file: on a file system without flock, filelock keeps its own marker there.
+    holder = path.with_suffix(".holder")
+    lock = filelock.FileLock(str(path))
     try:
-        lock.acquire()
+        try:
+            lock.acquire(timeout=LOCK_WARN_SECONDS)
+        except filelock.Timeout:
+            try:
+                who = holder.read_text(errors="replace").strip()
+            except OSError:
+                who = ""
+            logging.getLogger("kernkit.jit").warning(
+                "kernkit: the build of %s has waited %g s for its lock %s, held by %s; still waiting. If that "
+                "process is stopped or hung, kill it; if no process holds the lock any more (a stale lock on a "
+                "network file system), delete %s", label, LOCK_WARN_SECONDS, path,
+                who or "a process that recorded no pid", path)
+            lock.acquire()
     except OSError as e:
         raise dir_problem(root(), "take the build lock", e) from e
     try:
+        with contextlib.suppress(OSError):  # it only serves the message above
+            holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}")
         yield
     finally:
+        with contextlib.suppress(OSError):
+            holder.unlink()
         lock.release()
 
 

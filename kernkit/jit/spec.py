@@ -263,7 +263,7 @@ class JitSpec:
         if compilers is None:
             raise ToolchainError(f"cannot build {where}: {missing}. Or build it ahead of time on a machine that "
                                  "has the toolchain (`python -m kernkit.jit warmup`, same cache directory)")
-        with cache.locked(self.key):
+        with cache.locked(self.key, self.label):
             lib = cache.find(self.key_dir, stamps)  # built by another process meanwhile?
             return lib if lib is not None else self._compile(backend, compilers)
 
@@ -306,7 +306,26 @@ class JitSpec:
 
     def build_and_load(self) -> tvm_ffi.Module:
         """The loaded module, built first when needed (``build`` says what it raises)."""
-        return tvm_ffi.load_module(str(self.build()))
+        return tvm_ffi.load_module(_utf8_path(self.build()))
+
+
+#: Descriptors of the build directories whose path is not UTF-8, by path (``_utf8_path``).
+_DIR_FDS: dict[str, int] = {}
+
+
+def _utf8_path(lib: Path) -> str:
+    """A path of ``lib`` that tvm-ffi can take (UTF-8 only): ``lib`` itself, or, when the cache
+    directory's name is in another encoding, ``/proc/self/fd/N/lib.so`` through a descriptor of
+    its directory. That descriptor stays open: glibc would take the same name, with N reused for
+    another directory, for the library it loaded first."""
+    try:
+        str(lib).encode()
+        return str(lib)
+    except UnicodeEncodeError:
+        folder = str(lib.parent)
+        if folder not in _DIR_FDS:
+            _DIR_FDS[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        return f"/proc/self/fd/{_DIR_FDS[folder]}/{lib.name}"
 
 
 def _render(title: str, files: Sequence[str], wrappers: Sequence[tuple[str, str]]) -> str:

@@ -88,10 +88,10 @@ def find_clangd() -> tuple[str, tuple[int, int, int] | None] | None:
     if path is None:
         return None
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        out = ""
-    return path, parse_clangd_version(out)
+        out = b""
+    return path, parse_clangd_version(out.decode(errors="replace"))
 
 
 def _package(name: str) -> Path | None:

@@ -3,8 +3,11 @@ one bad argument each -- a wrong dtype (the caches' dtype against K/V's, float, 
 index tensors), a wrong rank, shapes that disagree between K/V/caches/indices/out, rows that are
 not contiguous (transposed heads, a stride in the last dimension), caches or outputs whose rows
 overlap (``expand``, stride 0, a claimed 2**40 rows), zero-width rows, meta tensors, non-tensor
-values -- and must raise a ``TypeError``/``ValueError``/``RuntimeError`` whose message names the
-argument, with every tensor byte for byte unchanged.
+values, tensors that share memory with a tensor the op writes (rows of the cache as K, a
+shifted ``out``), heads laid out unlike the caches', tensors with torch's negative bit, written
+tensors that require grad or are inference tensors -- and must raise a
+``TypeError``/``ValueError``/``RuntimeError`` whose message names the argument, with every
+tensor byte for byte unchanged.
 
 Every tensor is a view of a buffer of random bytes with guard bytes on both sides
 (``Arena``), so "unchanged" covers the bytes around and between the rows too.
@@ -145,6 +148,18 @@ class Arena:
     def same_as(self, copies: list[torch.Tensor]) -> bool:
         return all(torch.equal(buf, c) for (buf, _), c in zip(self.bufs, copies))
 
+    def alias(self, t: torch.Tensor, shape, dtype: torch.dtype, shift: int = 0) -> torch.Tensor:
+        """A contiguous ``shape`` view of ``dtype`` over the buffer of ``t``, from ``t``'s first
+        byte (rounded down to ``dtype``'s size) plus ``shift`` elements: memory ``t`` uses."""
+        buf = next(b for b, _ in self.bufs if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
+        start = t.storage_offset() * t.element_size() // dtype.itemsize + shift
+        return buf.view(dtype).as_strided(tuple(shape), _contiguous_strides(tuple(shape)), start)
+
+    def inference(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """``tensor(shape, dtype)`` made an inference tensor (under ``torch.inference_mode()``)."""
+        with torch.inference_mode():
+            return self.tensor(shape, dtype)
+
 
 def meta(shape, dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device="meta")
@@ -182,6 +197,20 @@ def check_unallocatable(call: Callable[[], object], arena: Arena) -> None:
     assert arena.unchanged(), "a buffer was written by a call that raised"
 
 
+#: What torch checks before an in-place op, on any tensor argument / on the ones an op writes.
+#: The custom ops are not called with these: torch's own fallback resolves a negative-bit input
+#: before kernkit sees it (and refuses a negative-bit output with its own message).
+def neg_bit(make: Callable) -> Callable:
+    return lambda a, p, d: torch._neg_view(make(a, p, d))
+
+
+def requires_grad(make: Callable) -> Callable:
+    return lambda a, p, d: make(a, p, d).requires_grad_()
+
+
+SHARED = "shares memory"  # the bad kinds whose argument overlaps another one
+
+
 def claims_huge(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() >= HUGE
 
@@ -205,7 +234,6 @@ def store_params(draw):
     return dict(
         dtype=draw(st.sampled_from([bf16, fp16])),
         cache_rank=draw(st.sampled_from([2, 3])),
-        input_rank=draw(st.sampled_from([2, 3])),
         pool=draw(st.sampled_from([4, 16])),
         n=draw(st.sampled_from([0, 1, 3, 9])),
         index_dtype=draw(st.sampled_from([i32, i64])),
@@ -216,6 +244,7 @@ def store_params(draw):
 
 
 def store_args(a: Arena, p: dict) -> dict:
+    p["input_rank"] = p["cache_rank"]  # rows of K are rows of the cache, head by head
     dt, pool, n = p["dtype"], p["pool"], p["n"]
     idx = a.tensor((n,), p["index_dtype"])
     perm = torch.randperm(pool, generator=a.gen)
@@ -268,6 +297,7 @@ def _store_bad() -> list[Bad]:
             Bad(arg, "meta tensor", ValueError, lambda a, p, d, shape=shape: meta(shape(p), p["dtype"])),
             Bad(arg, "not a tensor", TypeError,
                 lambda a, p, d: d.draw(st.sampled_from([None, 3, [[0.0] * 32]]))),
+            Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d, shape=shape: a.tensor(shape(p), p["dtype"]))),
         ]
         if arg != "k_cache":  # k_cache defines the specialization: a row of another size is a new build
             out.append(Bad(arg, "row size", ValueError,
@@ -290,6 +320,10 @@ def _store_bad() -> list[Bad]:
                 Bad(arg, "overlapping rows (expand)", ValueError,
                     lambda a, p, d, rank_key=rank_key: a.tensor(rows(p[rank_key], d.draw(
                         st.sampled_from([p["pool"], HUGE]))), p["dtype"], "expand")),
+                Bad(arg, "requires grad", RuntimeError,
+                    requires_grad(lambda a, p, d, shape=shape: a.tensor(shape(p), p["dtype"]))),
+                Bad(arg, "inference tensor", RuntimeError,
+                    lambda a, p, d, shape=shape: a.inference(shape(p), p["dtype"])),
             ]
         else:
             out.append(Bad(arg, "rows differ", ValueError,
@@ -300,6 +334,19 @@ def _store_bad() -> list[Bad]:
                            lambda a, p, d, rank_key=rank_key: a.tensor(rows(p[rank_key], 2**33), p["dtype"],
                                                                        "expand")))
     out += [
+        Bad("k", f"{SHARED}: rows of k_cache", ValueError,
+            lambda a, p, d: a.alias(p["args"]["k_cache"], rows(p["cache_rank"], p["n"]), p["dtype"])),
+        Bad("v", f"{SHARED}: rows of k_cache", ValueError,
+            lambda a, p, d: a.alias(p["args"]["k_cache"], rows(p["cache_rank"], p["n"]), p["dtype"],
+                                    d.draw(st.sampled_from([0, 1, 17])))),
+        Bad("v_cache", f"{SHARED}: k_cache shifted", ValueError,
+            lambda a, p, d: a.alias(p["args"]["k_cache"], rows(p["cache_rank"], p["pool"]), p["dtype"],
+                                    d.draw(st.sampled_from([0, 1, 31])))),
+        Bad("indices", f"{SHARED}: bytes of v_cache", ValueError,
+            lambda a, p, d: a.alias(p["args"]["v_cache"], (p["n"],), p["index_dtype"])),
+        Bad("k", "head layout unlike the caches' (k and v)", ValueError,
+            lambda a, p, d: a.tensor((p["n"], *d.draw(st.sampled_from(
+                [(4, 8), (32,)] if p["cache_rank"] == 3 else [(2, 16), (4, 8)]))), p["dtype"])),
         Bad("indices", "dtype", TypeError,
             lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
         Bad("indices", "rank", ValueError,
@@ -325,9 +372,13 @@ STORE_BAD = _store_bad()
 @given(p=store_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
 def test_store_cache_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
+    if bad.what.startswith(SHARED):
+        p = dict(p, n=min(max(p["n"], 1), p["pool"]))  # an empty K or index shares no bytes
     args = store_args(a, p)
-    args[bad.arg] = bad.make(a, p, d)
-    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor"):
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    if bad.what.startswith("head layout"):
+        args["v"] = a.tensor(args["k"].shape, p["dtype"])
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
         check_invalid(lambda: torch.ops.kernkit.store_cache(**args), a, bad)
     else:
         check_invalid(lambda: ops.store_cache(**args), a, bad)
@@ -336,8 +387,8 @@ def test_store_cache_rejects_invalid_calls(bad, p, via, d):
 @VALID
 @given(p=store_params())
 def test_store_cache_valid_views_give_the_reference_bytes(p):
-    """Misaligned starts, padded row strides, K/V expanded with stride 0, 2-d into 3-d,
-    n == 0, out-of-range indices: the whole buffers (guards included) match the reference."""
+    """Misaligned starts, padded row strides, K/V expanded with stride 0, n == 0,
+    out-of-range indices: the whole buffers (guards included) match the reference."""
     a = Arena.seeded(p["seed"])
     args = store_args(a, p)
     want = a.copies()
@@ -425,12 +476,21 @@ INDEXING_BAD = [
         lambda a, p, d: a.tensor((max(p["n"], 2), HIDDEN), p["dtype"], "expand")),
     Bad("out", "meta tensor", ValueError, lambda a, p, d: meta((p["n"], HIDDEN), p["dtype"])),
     Bad("out", "not a tensor", TypeError, lambda a, p, d: [[0.0] * HIDDEN]),
+    Bad("weight", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["rows"], HIDDEN), p["dtype"]))),
+    Bad("ids", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"],), p["id_dtype"]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"]))),
+    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"]))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference((p["n"], HIDDEN), p["dtype"])),
+    Bad("out", f"{SHARED}: rows of weight", ValueError,
+        lambda a, p, d: a.alias(p["args"]["weight"], (p["n"], HIDDEN), p["dtype"], d.draw(st.sampled_from([0, 1, 40])))),
+    Bad("ids", f"{SHARED}: bytes of out", ValueError, lambda a, p, d: a.alias(p["args"]["out"], (p["n"],), p["id_dtype"])),
     Bad("vocab_range", "length beyond the table", ValueError,
         lambda a, p, d: (d.draw(st.sampled_from([0, 5])), p["rows"] + d.draw(st.sampled_from([1, 1000])))),
     Bad("vocab_range", "negative", ValueError,
         lambda a, p, d: d.draw(st.sampled_from([(-1, 2), (0, -1), (-(2**40), 1)]))),
     Bad("vocab_range", "not a pair", ValueError, lambda a, p, d: d.draw(st.sampled_from([(0, 1, 2), (3,), ()]))),
     Bad("vocab_range", "not integers", TypeError, lambda a, p, d: d.draw(st.sampled_from([(0.5, 2), (0, "2")]))),
+    Bad("vocab_range", "beyond int64", TypeError, lambda a, p, d: d.draw(st.sampled_from([(2**63, 1), (0, -2**64)]))),
 ]
 
 
@@ -441,15 +501,18 @@ def test_indexing_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.arg == "vocab_range":
         p = dict(p, huge_table=False)  # so that rows + 1 is beyond the table
+    if bad.what.startswith(SHARED):  # rows of a real table to share, and at least one of them
+        p = dict(p, n=min(max(p["n"], 1), 4), weight_layout="contiguous", huge_table=False)
     args = indexing_args(a, p)
-    if bad.arg == "out" and args["out"] is None:
-        args["out"] = a.tensor((p["n"], HIDDEN), p["dtype"])  # placeholder, replaced below
-    args[bad.arg] = bad.make(a, p, d)
+    if bad.arg in ("out", "ids") and args["out"] is None:
+        args["out"] = a.tensor((p["n"], HIDDEN), p["dtype"])  # placeholder, or what ids shares
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
     if bad.arg == "out" and bad.what == "overlapping rows (expand)":
         args["ids"] = a.tensor((args["out"].shape[0],), p["id_dtype"])
     if args["out"] is None and claims_huge(args["ids"]):
         check_unallocatable(lambda: ops.indexing(**args), a)
-    elif via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a pair", "not integers"):
+    elif via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a pair", "not integers",
+                                                 "beyond int64", "negative bit"):
         vr = None if args["vocab_range"] is None else list(args["vocab_range"])
         if args["out"] is None:
             check_invalid(lambda: torch.ops.kernkit.indexing(args["weight"], args["ids"], vr), a, bad)
@@ -539,6 +602,12 @@ SCALE_BAD = [
         lambda a, p, d: a.tensor((max(_numel(p), 2),), p["dtype"], "expand")),
     Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(p["shape"], p["dtype"])),
     Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+    Bad("src", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(p["shape"], p["dtype"]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(p["shape"], p["dtype"]))),
+    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(p["shape"], p["dtype"]))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(p["shape"], p["dtype"])),
+    Bad("out", f"{SHARED}: src shifted", ValueError,
+        lambda a, p, d: a.alias(p["args"]["src"], p["shape"], p["dtype"], d.draw(st.sampled_from([1, -1, 5])))),
     Bad("factor", "not a number", TypeError,
         lambda a, p, d: d.draw(st.sampled_from(["2", None, [2.0], torch.tensor(2.0), 1j]))),
 ]
@@ -549,8 +618,10 @@ SCALE_BAD = [
 @given(p=scale_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
 def test_scale_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
+    if bad.what.startswith(SHARED):
+        p = dict(p, shape=(33,))  # elements to share; the buffer's guard bytes hold the shift
     args = scale_args(a, p)
-    value = bad.make(a, p, d)
+    value = bad.make(a, dict(p, args=args), d)
     if bad.arg == "out" and bad.what == "transposed":
         args["src"] = a.tensor((3, 4), p["dtype"])  # the same shape, contiguous: only out is wrong
     if bad.arg in ("src", "out") and bad.what in ("non-contiguous", "stride 0 (expand)") and args["out"] is not None:
@@ -559,7 +630,7 @@ def test_scale_rejects_invalid_calls(bad, p, via, d):
     args[bad.arg] = value
     if args["out"] is None and claims_huge(args["src"]):
         check_unallocatable(lambda: ops.scale(**args), a)
-    elif via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number"):
+    elif via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number", "negative bit"):
         if args["out"] is None:
             check_invalid(lambda: torch.ops.kernkit.scale(args["src"], args["factor"]), a, bad)
         else:
@@ -627,6 +698,7 @@ def _key_bad(arg: str) -> list[Bad]:
             lambda a, p, d: a.tensor((d.draw(st.sampled_from([max(p[length], 2), HUGE])),), i32, "expand")),
         Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta((p[length],), i32)),
         Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1, 2], 3]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p[length],), i32))),
     ]
 
 
@@ -640,7 +712,7 @@ def test_compare_key_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     args = key_args(a, p)
     args[bad.arg] = bad.make(a, p, d)
-    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor"):
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
         check_invalid(lambda: torch.ops.kernkit.compare_key(args["a"], args["b"]), a, bad)
     else:
         check_invalid(lambda: ops.compare_key(**args), a, bad)
@@ -653,6 +725,26 @@ def test_compare_key_valid_views_give_the_reference(p):
     args = key_args(a, p)
     assert ops.compare_key(**args) == reference.compare_key(**args)
     assert a.unchanged()
+
+
+def test_small_errors_name_the_argument():
+    """A 0-d cache is called 0-d, a complex dtype by its name, an int beyond int64 and a
+    read-only numpy array (whose DLPack export raises ``BufferError``) by the argument."""
+    import numpy as np
+
+    bf = torch.bfloat16
+    k = torch.zeros(2, 32, dtype=bf)
+    with pytest.raises(ValueError, match=r"^'k_cache': expected a 2-d \[rows, elems\] or 3-d .* got 0-d$"):
+        ops.store_cache(torch.zeros((), dtype=bf), k, torch.tensor([0, 1]), k, k)
+    with pytest.raises(TypeError, match=r"^'k': expected dtype bfloat16 \(from 'k_cache'\), got complex64$"):
+        ops.store_cache(torch.zeros(4, 32, dtype=bf), torch.zeros(4, 32, dtype=bf), torch.tensor([0, 1]),
+                        torch.zeros(2, 32, dtype=torch.complex64), k)
+    with pytest.raises(TypeError, match=r"^'vocab_range': expected a sequence of int64 values, got \(9223372036854775808, 1\)$"):
+        ops.indexing(torch.zeros(4, 32, dtype=bf), torch.tensor([0]), (2**63, 1))
+    frozen = np.zeros(4, dtype=np.float32)
+    frozen.setflags(write=False)
+    with pytest.raises(TypeError, match=r"^'src': expected a tensor, got ndarray$"):
+        ops.scale(frozen, 2.0)
 
 
 # --------------------------------------------------------------------------------------------

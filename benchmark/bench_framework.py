@@ -58,8 +58,9 @@ def _child_cpu() -> float:
 
 def w_compile(how: str, where: str) -> dict:
     """Cold compile + load of the specialization: through kernkit into the empty cache ``where``
-    (``how=kernkit``), or its generated unit through bare ``tvm_ffi.cpp.build_inline`` in the
-    build directory ``where`` (``how=inline``), with the includes and defines the kernel needs."""
+    (``how=nvcc`` or ``how=nvrtc``, the backend), or its generated unit through bare
+    ``tvm_ffi.cpp.build_inline`` in the build directory ``where`` (``how=inline``), with the
+    includes and defines the kernel needs."""
     import torch
     import tvm_ffi.cpp
 
@@ -67,13 +68,13 @@ def w_compile(how: str, where: str) -> dict:
     from kernkit.ops.kvcache import store_spec
 
     os.environ["KERNKIT_CACHE_DIR"] = where
-    spec = store_spec(torch.bfloat16, ROW_SHAPE)
+    spec = store_spec(torch.bfloat16, ROW_SHAPE, "nvcc" if how == "inline" else how)
     os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{spec.arch}{'a' if spec.arch.arch_specific else ''}"
     home = find_cuda_home()
     os.environ["CUDA_HOME"] = str(home)  # tvm-ffi looks next to the nvcc on PATH, maybe a wrapper
     (text,) = [text for _, text, _ in spec.units]
     t0, c0 = time.perf_counter(), _child_cpu()
-    if how == "kernkit":
+    if how != "inline":
         spec.build_and_load()
     else:
         incs = [str(INCLUDE_DIR), str(KERNELS_DIR), str(home / "include" / "cccl")]
@@ -81,7 +82,7 @@ def w_compile(how: str, where: str) -> dict:
             "store_inline", cuda_sources=text, build_directory=where,
             extra_cuda_cflags=["-DNDEBUG", "--expt-relaxed-constexpr"], extra_include_paths=incs))
     seconds, cpu = time.perf_counter() - t0, _child_cpu() - c0
-    return {"seconds": seconds, "cpu": cpu, "lib": str(spec.build()) if how == "kernkit" else None}
+    return {"seconds": seconds, "cpu": cpu, "lib": str(spec.build()) if how != "inline" else None}
 
 
 def w_load(how: str, where: str) -> dict:
@@ -201,25 +202,33 @@ def runs(values: list[float]) -> str:
     return f"{med(values):.2f} (runs: {', '.join(f'{x:.2f}' for x in values)})"
 
 
-def compile_rows(tmp: Path, repeats: int) -> list[tuple[str, str]]:
-    """Cold compile + load, kernkit against bare build_inline."""
-    kk = [run_worker("compile", "kernkit", tmp / f"cold{i}") for i in range(repeats)]
-    bare = [run_worker("compile", "inline", tmp / f"inline{i}") for i in range(repeats)]
-    kk_s, bare_s = [r["seconds"] for r in kk], [r["seconds"] for r in bare]
-    kk_cpu, bare_cpu = med([r["cpu"] for r in kk]), med([r["cpu"] for r in bare])
-    return [
-        ("cold compile + load, one store_cache specialization via kernkit: wall s; compiler CPU s",
-         f"{runs(kk_s)}; CPU {kk_cpu:.2f}"),
-        ("cold compile + load, the same unit via bare tvm_ffi.cpp.build_inline: wall s; compiler CPU s",
-         f"{runs(bare_s)}; CPU {bare_cpu:.2f}"),
-        ("kernkit / bare build_inline: wall; compiler CPU", f"{med(kk_s) / med(bare_s):.2f}; {kk_cpu / bare_cpu:.2f}"),
-    ]
+def compile_rows(tmp: Path, repeats: int, nvrtc: bool) -> list[tuple[str, str]]:
+    """Cold compile + load, kernkit's backends against bare build_inline."""
+    rows = []
+    hows = ["nvcc", *(["nvrtc"] if nvrtc else []), "inline"]
+    seconds = {}
+    for how in hows:
+        res = [run_worker("compile", how, tmp / f"cold-{how}{i}") for i in range(repeats)]
+        seconds[how] = [r["seconds"] for r in res]
+        what = f"kernkit, {how} backend" if how != "inline" else "the nvcc unit via bare tvm_ffi.cpp.build_inline"
+        rows.append((f"cold compile + load, one store_cache specialization ({what}): wall s; compiler CPU s",
+                     f"{runs(seconds[how])}; CPU {med([r['cpu'] for r in res]):.2f}"))
+    rows.append(("kernkit nvcc / bare build_inline: wall", f"{med(seconds['nvcc']) / med(seconds['inline']):.2f}"))
+    if nvrtc:
+        rows.append(("kernkit nvrtc / kernkit nvcc: wall", f"{med(seconds['nvrtc']) / med(seconds['nvcc']):.2f}"))
+    return rows
+
+
+def default_backend() -> str:
+    from kernkit.jit.config import default_backend as backend
+
+    return backend()
 
 
 def warm_load_rows(tmp: Path, loads: int) -> list[tuple[str, str]]:
     """Warm load through the op's factory in fresh processes, and the load_module floor."""
     cache = tmp / "warm"
-    lib = run_worker("compile", "kernkit", cache)["lib"]
+    lib = run_worker("compile", default_backend(), cache)["lib"]  # what kvcache._module loads
     warm = [run_worker("load", "factory", cache) for _ in range(loads)]
     floor = [run_worker("load", "floor", lib)["ms"] for _ in range(loads)]
     ms = [r["ms"] for r in warm]
@@ -254,7 +263,7 @@ def host_cost_rows(tmp: Path) -> list[tuple[str, str]]:
 
 def warmup_rows(tmp: Path, count: int) -> list[tuple[str, str]]:
     """build_all of ``count`` specializations against (count / cores) x one cold compile (its own)."""
-    one_compile = run_worker("compile", "kernkit", tmp / "cold-ref")["seconds"]
+    one_compile = run_worker("compile", default_backend(), tmp / "cold-ref")["seconds"]
     r = run_worker("warmup", tmp / "cache-warmup", count)
     ideal = count / r["jobs"] * one_compile
     rows = [(f"warmup (build_all) of {count} store_cache specializations, {r['jobs']} jobs: wall s",
@@ -289,15 +298,18 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     if not gpu:
         os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")  # inherited by the workers
-    try:
-        nvcc = bool(BACKENDS["nvcc"].compilers())
-    except ToolchainError:
-        nvcc = False
+    available = {}
+    for name in ("nvcc", "nvrtc"):
+        try:
+            available[name] = bool(BACKENDS[name].compilers())
+        except ToolchainError:
+            available[name] = False
+    nvcc = available["nvcc"]
     rows: list[tuple[str, str]] = []
     notes = [] if nvcc else ["nvcc not found: the compile, warm-load and warmup rows are skipped"]
     tmp = Path(tempfile.mkdtemp(prefix="kernkit-bench-"))
     sections = [
-        ("cold compile", nvcc and not args.skip_compile, lambda: compile_rows(tmp, args.repeats)),
+        ("cold compile", nvcc and not args.skip_compile, lambda: compile_rows(tmp, args.repeats, available["nvrtc"])),
         ("warm load", nvcc, lambda: warm_load_rows(tmp, args.loads)),
         ("import", True, lambda: import_rows(args.loads)),
         ("host cost", True, lambda: host_cost_rows(tmp)),

@@ -155,6 +155,7 @@ def test_build_then_warm_load_in_a_fresh_process_without_any_compiler(tmp_path, 
     env = {**os.environ, "PATH": str(empty), "CUDA_HOME": str(tmp_path / "no-cuda"), "CXX": str(empty / "c++")}
     code = f"""
         import subprocess
+        import torch  # with cuda-pathfinder installed, torch's import runs ldconfig: torch's, not kernkit's
         def forbidden(*a, **k):
             raise AssertionError("the warm path started a subprocess: %r" % (a,))
         subprocess.Popen = forbidden

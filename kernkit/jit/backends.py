@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +108,10 @@ def stamp(path: str) -> list:
 
 
 def version(path: str) -> str:
-    """The release line(s) of ``path --version``, for a build's record (never on a load)."""
+    """The release line(s) of ``path --version``, for a build's record (never on a load); a
+    compiler that is a library (NVRTC) by its file name."""
+    if ".so" in os.path.basename(path):
+        return os.path.basename(os.path.realpath(path))
     try:
         out = subprocess.run([path, "--version"], capture_output=True, timeout=60, check=True).stdout
     except (OSError, subprocess.SubprocessError) as e:
@@ -142,6 +146,10 @@ class Backend:
 
     def link_flags(self, spec) -> list[str]:
         return []
+
+    def unit_text(self, spec, text: str) -> str:
+        """The CUDA unit as this backend compiles it (the key covers ``text``)."""
+        return text
 
     def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
         """Compile and link ``lib.so`` in ``build_dir``; return the headers the units read.
@@ -186,11 +194,6 @@ class Emu(Backend):
         return ["-pthread"]
 
 
-#: The backends by name; ``nvcc`` is the default for CUDA tensors.
-BACKENDS: dict[str, Backend] = {b.name: b for b in (Nvcc(), Emu())}
-DEFAULT_BACKEND = "nvcc"
-#: What a spec without CUDA units builds with.
-HOST = Backend()
 
 
 def includes(cuda: bool) -> list[str]:
@@ -206,11 +209,12 @@ def includes(cuda: bool) -> list[str]:
     return args
 
 
-def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -> None:
+def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, steps: Sequence[str] = (),
+                objects: Sequence[str] = ()) -> None:
     """Write the units and a ``build.ninja`` that compiles them (with dependency output) and links
-    ``lib.so``; ``ninja -C <dir>`` repeats the build by hand. Both are written with the file
-    system's encoding, so paths that are not UTF-8 (``os.fsdecode``'s surrogates) stay the same
-    bytes."""
+    ``lib.so``, with a backend's own ``steps`` (ninja lines) and the ``objects`` they make; ``ninja
+    -C <dir>`` repeats the build by hand. Both are written with the file system's encoding, so
+    paths that are not UTF-8 (``os.fsdecode``'s surrogates) stay the same bytes."""
     user = [f"-I{p}" for p in spec.extra_include_paths]
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
@@ -224,9 +228,11 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path) -
     out += ["rule link", f"  command = {_quote(compilers[:1])} -shared $in {_quote(link)} -o $out", ""]
     objs = []
     for name, text, rule in spec.units:
-        (build_dir / name).write_bytes(os.fsencode(text))
+        (build_dir / name).write_bytes(os.fsencode(backend.unit_text(spec, text) if rule == "cuda" else text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
+    out += steps
+    objs += objects
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
     (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
 
@@ -252,7 +258,7 @@ def run_ninja(build_dir: Path, title: str) -> None:
         raise CompileError(title, str(build_dir / "build.ninja"), "", lines[:20], log)
     objects = [t for t in lines[at].split() if t.endswith(".o")]  # "FAILED: [code=1] kernel.cu.o"
     body = lines[at + 2:]
-    errors = [ln for ln in body if re.search(r"\berror\b", ln, re.I)][:20]
+    errors = [ln for ln in body if re.search(r"\berror\b", ln, re.I) or ln.startswith("kernkit: ")][:20]
     source = str(build_dir / objects[0][:-2]) if objects else str(build_dir / "build.ninja")
     raise CompileError(title, source, lines[at + 1] if at + 1 < len(lines) else "", errors or body[:20], log)
 
@@ -267,3 +273,11 @@ def ninja_deps(build_dir: Path) -> list[Path]:
             if build_dir not in path.parents:
                 found.append(path)
     return sorted(set(found))
+
+
+from .nvrtc import Nvrtc  # noqa: E402  (it builds on the definitions above)
+
+#: The backends by name; ``config.default_backend()`` picks one for CUDA tensors.
+BACKENDS: dict[str, Backend] = {b.name: b for b in (Nvcc(), Nvrtc(), Emu())}
+#: What a spec without CUDA units builds with.
+HOST = Backend()

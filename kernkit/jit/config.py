@@ -14,6 +14,8 @@ JIT_VAR = "KERNKIT_JIT"
 ARCH_VAR = "KERNKIT_CUDA_ARCH"
 #: Extra flags for the CPU emulation backend: ``1``/``address,undefined`` enable sanitizers.
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
+#: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc``.
+BACKEND_VAR = "KERNKIT_BACKEND"
 
 
 def cache_dir() -> Path:
@@ -40,3 +42,8 @@ def emu_sanitizers() -> tuple[str, ...]:
     if value in ("1", "on", "yes", "true"):
         return ("address", "undefined")
     return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
+
+
+def default_backend() -> str:
+    """The backend of a CUDA build that names none: ``$KERNKIT_BACKEND``, else ``nvcc``."""
+    return os.environ.get(BACKEND_VAR, "").strip().lower() or "nvcc"

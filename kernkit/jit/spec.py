@@ -23,9 +23,9 @@ import tvm_ffi
 from .._version import __version__
 from . import cache
 from .arch import CudaArch, target_arch
-from .backends import (BACKENDS, CXX_FLAGS, DEFAULT_BACKEND, HOST, KERNELS_DIR, LIB_NAME, Backend, CompileError,
+from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, Backend, CompileError,
                        ToolchainError, stamp, version)
-from .config import JIT_VAR, emu_sanitizers, jit_enabled
+from .config import JIT_VAR, default_backend, emu_sanitizers, jit_enabled
 
 logger = logging.getLogger("kernkit.jit")
 
@@ -163,10 +163,10 @@ class JitSpec:
         if not cuda:
             backend = arch = None
         else:
-            backend = backend or DEFAULT_BACKEND
+            backend = backend or default_backend()
             if backend not in BACKENDS:
                 raise ValueError(f"load_jit: backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-            if backend == "nvcc":
+            if backend in ("nvcc", "nvrtc"):
                 arch = CudaArch.parse(arch) if isinstance(arch, str) else (arch or target_arch())
             else:
                 arch = None

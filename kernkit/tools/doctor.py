@@ -19,6 +19,8 @@ import tvm_ffi
 from .._version import __version__
 from ..jit.arch import ArchError, target_arch
 from ..jit.backends import ToolchainError, find_cuda_home, find_cxx, version
+from ..jit.config import BACKEND_VAR, default_backend
+from ..jit.nvrtc import toolkit
 from ..jit.cache import root
 from ..jit.config import jit_enabled
 from .cache import human_size, published, tree_size
@@ -31,6 +33,14 @@ def _compiler(find) -> tuple[str, bool]:
         return f"{path}: {version(path)}", False
     except (ToolchainError, OSError) as e:
         return str(e), True
+
+
+def _nvrtc() -> tuple[str, bool]:
+    try:
+        kit = toolkit()
+    except ToolchainError as e:
+        return f"{e} (only the nvrtc backend needs it)", False
+    return f"{kit.nvrtc}; headers {', '.join(kit.include)}", False
 
 
 def report() -> list[tuple[str, str, bool]]:
@@ -55,7 +65,9 @@ def report() -> list[tuple[str, str, bool]]:
              ("host compiler", *_compiler(find_cxx)),
              ("CUDA home", f"{home}{'' if headers else ' (no include/cuda_runtime.h)'}" if home
               else "not found (set CUDA_HOME)", not headers),
-             ("nvcc", nvcc + (" (the emu backend and C++-only builds do not need it)" if nvcc_bad else ""), nvcc_bad)]
+             ("nvcc", nvcc + (" (the emu backend and C++-only builds do not need it)" if nvcc_bad else ""), nvcc_bad),
+             ("NVRTC", *_nvrtc()),
+             ("CUDA backend", f"{default_backend()} (for CUDA builds that name none; {BACKEND_VAR} sets it)", False)]
     try:
         arch = target_arch()
         where = "the visible GPU" if torch.cuda.is_available() else "KERNKIT_CUDA_ARCH"

@@ -19,6 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#if defined(KERNKIT_NVRTC)
+#include <mutex>
+#include <tuple>
+#endif
 
 /// \brief Qualifiers for every kernkit device helper: inlined, device-only.
 #define KERNKIT_DEVICE __forceinline__ __device__
@@ -163,6 +167,9 @@ class LaunchKernel {
 #if defined(KERNKIT_EMU)
     ::kernkit::emu::launch(::kernkit::emu::LaunchConfig{grid_, block_, smem_}, kernel,
                            static_cast<Params>(std::forward<Args>(args))...);
+#elif defined(KERNKIT_NVRTC)
+    launch_nvrtc(reinterpret_cast<const void*>(kernel), std::index_sequence_for<Params...>{},
+                 std::tuple<Params...>(static_cast<Params>(std::forward<Args>(args))...));
 #else
     cudaLaunchConfig_t config{};
     config.gridDim = grid_;
@@ -178,14 +185,69 @@ class LaunchKernel {
     }
     const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
     if (err != cudaSuccess) {
-      Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
-            block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
-            cudaGetErrorString(err), ")");
+      fail(err);
     }
 #endif
   }
 
  private:
+  [[noreturn]] void fail(cudaError_t err) const {
+    Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
+          block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
+          cudaGetErrorString(err), ")");
+  }
+
+#if defined(KERNKIT_NVRTC)
+  /// What the nvrtc backend links in (its generated `kernels.S`) for each kernel instantiation
+  /// a launcher takes the address of: the host "address" of the kernel is this record, whose
+  /// symbol is the kernel's own host name. `image` points at the module's cubin.
+  struct NvrtcKernel {
+    const char* name;    // the cubin's name of the instantiation (NVRTC's lowered name)
+    void** image;        // the module's cubin, then (after the first launch) its cudaLibrary_t
+    cudaKernel_t handle;  // set by the first launch
+  };
+
+  static cudaKernel_t nvrtc_handle(const void* symbol) {
+    auto* k = const_cast<NvrtcKernel*>(static_cast<const NvrtcKernel*>(symbol));
+    cudaKernel_t handle = __atomic_load_n(&k->handle, __ATOMIC_ACQUIRE);
+    if (handle != nullptr) return handle;
+    static std::mutex mutex;  // per module: the first launch of each kernel loads it
+    std::lock_guard<std::mutex> lock(mutex);
+    if (k->handle != nullptr) return k->handle;
+    auto* library = reinterpret_cast<cudaLibrary_t*>(k->image + 1);
+    cudaError_t err = cudaSuccess;
+    if (*library == nullptr) {  // loaded once per module, for the life of the process (as nvcc's images)
+      err = cudaLibraryLoadData(library, *k->image, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    }
+    if (err == cudaSuccess) err = cudaLibraryGetKernel(&handle, *library, k->name);
+    if (err != cudaSuccess) {
+      Panic("cannot load kernel ", k->name, " from the module's cubin: ", cudaGetErrorName(err), " (",
+            cudaGetErrorString(err), ")");
+    }
+    __atomic_store_n(&k->handle, handle, __ATOMIC_RELEASE);
+    return handle;
+  }
+
+  template <size_t... I, typename Tuple>
+  void launch_nvrtc(const void* symbol, std::index_sequence<I...>, Tuple values) const {
+    void* argv[] = {static_cast<void*>(&std::get<I>(values))..., nullptr};
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid_;
+    config.blockDim = block_;
+    config.dynamicSmemBytes = smem_;
+    config.stream = stream_;
+    cudaLaunchAttribute attr[1];
+    if (pdl_) {
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(nvrtc_handle(symbol)), argv);
+    if (err != cudaSuccess) fail(err);
+  }
+#endif
+
   static cudaStream_t resolve_stream(DLDevice device) {
 #if defined(KERNKIT_EMU)
     (void)device;

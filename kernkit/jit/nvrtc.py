@@ -1,0 +1,236 @@
+"""The ``nvrtc`` backend: a specialization's device code compiled by NVRTC to a cubin, its host
+code (the launchers) by the host compiler, with no CUDA toolkit on the machine.
+
+NVRTC takes no host code and the host compiler no device code, so every source is split first
+(``split.py``): the device halves of kernkit's headers and of the unit's files go to NVRTC,
+the host halves to the host compiler. The host object then names, as undefined symbols, the
+kernel instantiations its launchers take the address of; NVRTC compiles exactly those (by name
+expression, so that ``int64_t``, ``long`` on the host and ``long long`` in NVRTC, does not
+matter), and a generated assembly unit embeds the cubin and defines each of those symbols as a
+record that ``LaunchKernel`` (``KERNKIT_NVRTC``) turns into a ``cudaKernel_t`` at its first
+launch. NVRTC, the CUDA headers and the runtime come from the ``nvidia-cuda-*`` wheels (or a
+toolkit); NVRTC is called through ``cuda-bindings``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import tvm_ffi.libinfo
+
+from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, find_cuda_home,
+                       find_cxx, ninja_deps, run_ninja, stamp, write_ninja)
+from .split import split
+
+#: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
+#: ``__launch_bounds__`` has no host meaning.
+HOST_FLAGS = ("-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
+#: NVRTC's: the device half has only device code, so unannotated (constexpr) functions are
+#: device functions.
+NVRTC_FLAGS = ("-std=c++17", "-default-device", "-DNDEBUG")
+INSTALL = ("pip install 'kernkit[nvrtc]' (nvidia-cuda-nvrtc, nvidia-cuda-runtime, nvidia-cuda-crt, nvidia-cuda-cccl, "
+           "cuda-bindings)")
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """What an nvrtc build needs besides the host compiler."""
+
+    nvrtc: str  #: libnvrtc's path
+    include: tuple[str, ...]  #: CUDA's headers, crt's where apart, then CCCL's
+    cudart: str  #: libcudart's path
+
+
+@cache
+def toolkit() -> Toolkit:
+    """NVRTC, the CUDA headers and the runtime: from the ``nvidia-cuda-*`` wheels of any site
+    directory, else the toolkit's. Raises ``ToolchainError`` naming what to install.
+
+    A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
+    looks the compiler up too (its identity is part of the build record), and importing and
+    asking pathfinder costs about 50 ms and starts subprocesses (measured on the H200 host)."""
+    lib, include = _roots("lib"), _roots("include")
+    found = {
+        "libnvrtc": _find(lib, "libnvrtc.so.*"),
+        "libcudart": _find(lib, "libcudart.so.*"),
+        "cuda_runtime.h": _find(include, "cuda_runtime.h"),
+        "crt/host_defines.h": _find(include, "crt/host_defines.h"),
+        "cuda/std/version": _find(include, "cccl/cuda/std/version") or _find(include, "cuda/std/version"),
+    }
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise ToolchainError(f"the nvrtc backend cannot find {', '.join(missing)}: {INSTALL}")
+    cccl = found["cuda/std/version"].parent.parent.parent
+    include = [str(found["cuda_runtime.h"].parent), str(found["crt/host_defines.h"].parent.parent), str(cccl)]
+    return Toolkit(str(found["libnvrtc"]), tuple(dict.fromkeys(include)), str(found["libcudart"]))
+
+
+def _roots(kind: str) -> list[Path]:
+    """Where the wheels put ``kind`` (``lib``, ``include``): ``nvidia/cu*/<kind>`` of each site
+    directory; then the toolkit's ``lib64``/``include``."""
+    roots = [d for entry in sys.path if os.path.isdir(os.path.join(entry or ".", "nvidia"))
+             for d in sorted(Path(entry or ".").glob(f"nvidia/cu*/{kind}"), reverse=True)]
+    home = find_cuda_home()
+    return roots + ([home / ("lib64" if kind == "lib" else "include")] if home is not None else [])
+
+
+def _find(roots: list[Path], pattern: str) -> Path | None:
+    """The first file matching ``pattern`` under ``roots``."""
+    for root in roots:
+        hits = sorted(root.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+class Nvrtc(Backend):
+    name = "nvrtc"
+    flags = (*CXX_FLAGS, *HOST_FLAGS, *NVRTC_FLAGS)
+    unit = "kernel_host.cc"
+
+    def compilers(self) -> list[str]:
+        return [find_cxx(), toolkit().nvrtc]
+
+    def command(self, spec, compilers: list[str]) -> list[str]:
+        """The host half's compile: the host compiler, with the third-party headers precompiled
+        (``prelude``) and the halves first on the path."""
+        flags = _host_flags(compilers[0], spec.extra_cflags)
+        header = prelude(flags)
+        return [*flags, *(["-include", str(header)] if header else []), "-Ihost"]
+
+    def link_flags(self, spec) -> list[str]:
+        cudart = Path(toolkit().cudart)
+        return [f"-L{cudart.parent}", f"-l:{cudart.name}", f"-Wl,-rpath,{cudart.parent}"]
+
+    def unit_text(self, spec, text: str) -> str:
+        for i, f in enumerate(spec.cuda_files):  # a user's file is included through its halves
+            text = text.replace(f'#include "{f}"', f'#include "{_half_name(f, i)}"')
+        return text
+
+    def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
+        sources, kernels = _write_halves(spec, build_dir)
+        (build_dir / "kernels.txt").write_text("\n".join(sorted(kernels)) + "\n")
+        (build_dir / "device.cu").write_text("".join(f'#include "{_half_name(f, i)}"\n'
+                                                     for i, f in enumerate(spec.cuda_files)))
+        options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim", *(f"-I{d}" for d in toolkit().include)]
+        driver = _quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py"))])
+        steps = ["rule device", f"  command = {driver} $in {_quote(['kernels.txt', *options])}", "",
+                 "rule asm", f"  command = {_quote(compilers[:1])} -c $in -o $out", "",
+                 f"build kernels.S kernel.cubin: device {self.unit}.o | kernels.txt device.cu",
+                 "build kernels.S.o: asm kernels.S | kernel.cubin", ""]
+        write_ninja(self, spec, compilers, build_dir, steps, ["kernels.S.o"])
+        run_ninja(build_dir, spec.title)
+        return ninja_deps(build_dir) + sources
+
+
+def _host_flags(cxx: str, extra: tuple[str, ...]) -> list[str]:
+    system = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path(), *toolkit().include]
+    flags = [cxx, *CXX_FLAGS, "-O1", *HOST_FLAGS, *extra]
+    for d in dict.fromkeys(system):
+        flags += ["-isystem", d]
+    return flags
+
+
+#: The third-party headers of every host half (tvm-ffi's, CUDA's in host mode, the standard
+#: library's), precompiled once per compiler and flags: parsing them is about half of a host
+#: half's compile.
+PRELUDE = "".join(f"#include <{h}>\n" for h in (
+    "tvm/ffi/function.h", "tvm/ffi/container/array.h", "tvm/ffi/container/shape.h", "tvm/ffi/container/tensor.h",
+    "tvm/ffi/error.h", "tvm/ffi/extra/c_env_api.h", "tvm/ffi/optional.h", "cuda_runtime.h", "cuda_bf16.h",
+    "cuda_fp16.h", "cuda_fp8.h", "algorithm", "cstdint", "functional", "initializer_list", "mutex", "sstream",
+    "string", "tuple", "type_traits", "utility"))
+
+
+def prelude(flags: list[str]) -> Path | None:
+    """``PRELUDE`` as a header with its precompiled ``.gch`` beside it, under the cache root and
+    keyed by the compile flags and the identity of the compiler and of the headers' directories;
+    built here when missing. GCC uses the ``.gch`` only where it was made with the same flags, and
+    parses the header otherwise: a stale or foreign ``.gch`` costs time, never correctness."""
+    from . import cache
+
+    stamps = [stamp(flags[0])] + [_dir_stamp(d) for d in flags if Path(d).is_dir()]
+    key = hashlib.sha256(json.dumps([PRELUDE, flags, stamps]).encode()).hexdigest()[:16]
+    header = cache.root() / "pch" / key / "prelude.h"
+    gch = header.with_name("prelude.h.gch")
+    if not gch.is_file():
+        cache.ensure_dir(header.parent)
+        header.write_text(PRELUDE)
+        tmp = header.with_name(f".prelude.h.gch.{os.getpid()}.{threading.get_ident()}")
+        if subprocess.run([*flags, "-x", "c++-header", str(header), "-o", str(tmp)], capture_output=True).returncode:
+            tmp.unlink(missing_ok=True)
+            return None  # the unit's own compile then reports what is wrong with these headers
+        os.replace(tmp, gch)  # atomic: a concurrent build sees no .gch or a whole one
+    return header
+
+
+def _dir_stamp(d: str) -> list:
+    """A header directory's identity: its headers' newest change time and their count."""
+    files = list(Path(d).glob("*.h"))
+    return [d, max((f.stat().st_mtime_ns for f in files), default=0), len(files)]
+
+
+def _half_name(f: str, i: int) -> str:
+    """How the halves' trees name source ``f`` (``i``-th of the spec's CUDA files)."""
+    path = Path(f)
+    return path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else f"user/{i}/{path.name}"
+
+
+def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
+    """The host and device halves of kernkit's headers, the shipped kernels and the spec's
+    files under ``build_dir/host`` and ``build_dir/device``, the host unit, and the shims that
+    stand for the host headers NVRTC cannot take; returns the sources read and the kernel
+    names they define."""
+    files = {f: f.relative_to(root) for root in (INCLUDE_DIR, KERNELS_DIR) for f in root.rglob("*")
+             if f.suffix in (".h", ".cuh") and "emu" not in f.relative_to(root).parts}
+    files.update((Path(f), Path(_half_name(f, i))) for i, f in enumerate(spec.cuda_files))
+    kernels: set[str] = set()
+    includes: set[str] = set()
+    for source, rel in files.items():
+        halves = split(source.read_text())
+        kernels.update(halves.kernels)
+        for side, text in (("host", halves.host), ("device", halves.device)):
+            out = build_dir / side / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        includes.update(re.findall(r"^\s*#\s*include\s*<([^>]+)>", halves.device, re.M))
+    kit = toolkit()
+    (build_dir / "shim").mkdir()
+    (build_dir / "shim" / _STD.name).write_text(_STD.read_text())
+    for header in includes:
+        if (build_dir / "device" / header).exists() or any(Path(d, header).exists() for d in kit.include):
+            continue
+        shim = build_dir / "shim" / header
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        # The standard headers kernkit's device code uses become nvrtc_std.h; another one that
+        # libcu++ has becomes libcu++'s, in namespace std too; a host-only header (tvm-ffi's,
+        # <string>) becomes empty: the device half uses nothing from it.
+        if header in _STD_HEADERS:
+            text = f'#include "{_STD.name}"\n' + _GLOBAL_NAMES.get(header, "")
+        elif Path(kit.include[-1], "cuda", "std", header).exists():
+            text = f"#include <cuda/std/{header}>\nnamespace std {{ using namespace cuda::std; }}\n"
+        else:
+            text = ""
+        shim.write_text("#pragma once\n" + text)
+    return list(files), kernels
+
+
+_STD = Path(__file__).with_name("nvrtc_std.h")
+_STD_HEADERS = {"algorithm", "cstddef", "cstdint", "limits", "type_traits", "utility"}
+
+
+#: What a C header's name in the global namespace brings, for the shims of <cstdint>/<cstddef>.
+_GLOBAL_NAMES = {
+    "cstdint": "".join(f"using cuda::std::{t};\n" for t in (
+        "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "intptr_t",
+        "uintptr_t")),
+    "cstddef": "using cuda::std::size_t;\nusing cuda::std::ptrdiff_t;\n",
+}

@@ -1,0 +1,157 @@
+"""The nvrtc backend on a machine without a GPU and without the CUDA toolkit: the split of a source
+into its device and host halves, and builds of shipped and user kernels whose cubin and host
+library are checked (the launches themselves run in tests/gpu with KERNKIT_BACKEND=nvrtc)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kernkit.jit.split import split
+
+REPO = Path(__file__).resolve().parent.parent
+
+SOURCE = """\
+#pragma once
+#include <kernkit/utils.cuh>
+#include <tvm/ffi/container/tensor.h>
+namespace kernkit {
+namespace host {
+struct Helper { int f() { return 1; } };
+}  // namespace host
+struct Params { const float* __restrict__ src; int64_t n; };  // a kernel argument: both halves
+template <typename T>
+KERNKIT_DEVICE T twice(T v) { return v + v; }
+constexpr int kBlock = 128;
+constexpr int blocks(int n) { return (n + kBlock - 1) / kBlock; }
+struct Launch { void go() {} };
+template <int kN>
+__global__ void __launch_bounds__(kBlock) twice_kernel(float* dst, const Params p) {
+  if (threadIdx.x < p.n) dst[threadIdx.x] = twice(p.src[threadIdx.x]) + kN;  // "}" in a comment
+}
+template <int kN>
+void launcher(tvm::ffi::TensorView out, tvm::ffi::TensorView src) {
+  const char* brace = "{";
+  LaunchKernel(blocks(out.numel()), kBlock, out.device())(twice_kernel<kN>, static_cast<float*>(out.data_ptr()),
+                                                         Params{static_cast<const float*>(src.data_ptr()), 1});
+}
+}  // namespace kernkit
+"""
+
+
+def test_split_gives_nvrtc_no_host_code_and_the_host_compiler_no_device_code():
+    halves = split(SOURCE)
+    assert halves.kernels == ["twice_kernel"]
+    dev, host = halves.device, halves.host
+    for both in ("struct Params", "constexpr int kBlock", "constexpr int blocks(int n) {", "#include <kernkit/utils.cuh>"):
+        assert both in dev and both in host, both
+    assert "void launcher(" not in dev and "struct Launch" not in dev and "struct Helper" not in dev
+    assert "twice(p.src[threadIdx.x])" in dev and "KERNKIT_DEVICE T twice" in dev
+    assert "void launcher(" in host and "struct Launch" in host and "struct Helper" in host
+    assert "KERNKIT_DEVICE T twice" not in host and "threadIdx" not in host
+    assert "twice_kernel(float* dst, const Params p);" in host  # the kernel as a declaration
+
+
+def _without_toolkit() -> dict:
+    """The environment of a machine with no CUDA toolkit: no nvcc on PATH, no CUDA_HOME."""
+    env = dict(os.environ)
+    env.pop("CUDA_HOME", None)
+    env.pop("CUDA_PATH", None)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if not (Path(p) / "nvcc").exists())
+    return env
+
+
+BUILD = """
+import json, sys
+import torch
+from kernkit.jit import load_jit
+from kernkit.ops.kvcache import store_spec
+from kernkit.ops.elementwise import scale_spec
+from kernkit.ops.embedding import indexing_spec
+specs = [store_spec(torch.bfloat16, (8, 128), "nvrtc"), scale_spec(torch.float16, "nvrtc"),
+         indexing_spec(torch.float32, 100, "nvrtc")]
+out = [str(s.build()) for s in specs]
+user = dict(cuda_files=[sys.argv[1]], cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="nvrtc")
+out.append(str(load_jit("my_scale", "fp32_t", **user) and __import__("kernkit").jit.JitSpec.make(
+    "my_scale", "fp32_t", **user).build()))
+mod = load_jit("my_scale", "fp32_t", **user)
+try:
+    mod.scale(torch.zeros(4), torch.ones(4), 2.0)  # CPU tensors: the host launcher refuses them
+except ValueError as e:
+    out.append(str(e))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    pytest.importorskip("cuda.bindings.nvrtc", reason="the nvrtc extra (pip install 'kernkit[nvrtc]') is not installed")
+    project = tmp_path_factory.mktemp("project")
+    user = project / "scale.cuh"
+    user.write_text((REPO / "kernkit" / "kernels" / "elementwise" / "scale.cuh").read_text())
+    env = dict(_without_toolkit(), KERNKIT_CACHE_DIR=str(tmp_path_factory.mktemp("nvrtc-cache")))
+    res = subprocess.run([sys.executable, "-c", BUILD, str(user)], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr[-5000:]
+    *libs, error = json.loads(res.stdout.strip().splitlines()[-1])
+    return [Path(p) for p in libs], error
+
+
+def test_builds_need_no_toolkit(built):
+    libs, _ = built
+    assert len(libs) == 4 and all(lib.is_file() for lib in libs)
+    for lib in libs:
+        meta = json.loads((lib.parent / "meta.json").read_text())
+        assert meta["backend"] == "nvrtc" and meta["arch"] == "9.0"
+        assert any("libnvrtc" in c["path"] for c in meta["compilers"])
+        assert not any("nvcc" in c["path"] for c in meta["compilers"])
+
+
+def test_cubin_holds_every_kernel_the_launchers_take(built):
+    """The cubin is an sm_90a ELF (machine 190, EM_CUDA); every instantiation the host object
+    left undefined is in it under NVRTC's name, and the library defines each as a record."""
+    libs, _ = built
+    for lib in libs:
+        cubin = (lib.parent / "kernel.cubin").read_bytes()
+        assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190
+        records = (lib.parent / "kernels.S").read_text()
+        lowered = [line.split('"')[1] for line in records.splitlines() if ".asciz" in line]
+        assert lowered and all(name.encode() in cubin for name in lowered)
+        undefined = subprocess.run(["nm", "-u", str(lib.parent / "kernel_host.cc.o")], capture_output=True,
+                                   text=True, check=True).stdout
+        kernels = [line.split()[-1] for line in undefined.splitlines() if "_kernel" in line]
+        defined = subprocess.run(["nm", str(lib)], capture_output=True, text=True, check=True).stdout
+        assert len(kernels) == len(lowered) and all(f" d {k}" in defined for k in kernels), (kernels, lowered)
+
+
+def test_host_library_runs_its_launcher_checks(built):
+    _, error = built
+    assert error == "'out': expected a cuda tensor, got cpu"
+
+
+def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh_cache):
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from kernkit.jit import CompileError, load_jit
+
+    src = tmp_path / "bad.cuh"
+    src.write_text(textwrap.dedent("""\
+        #pragma once
+        #include <kernkit/tensor.h>
+        #include <kernkit/utils.cuh>
+        namespace kernkit {
+        template <int N>
+        __global__ void k(float* p) { p[0] = undefined_device_function(N); }
+        template <int N>
+        void launch(tvm::ffi::TensorView t) { host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr())); }
+        }  // namespace kernkit
+        """))
+    with pytest.raises(CompileError) as info:
+        load_jit("bad_nvrtc", cuda_files=[str(src)], cuda_wrappers=[("launch", "launch<1>")], backend="nvrtc")
+    message = str(info.value)
+    assert "undefined_device_function" in message and "backend='nvcc'" in message and "KERNKIT_BACKEND=nvcc" in message

@@ -33,7 +33,7 @@ from .split import split
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
 #: ``__launch_bounds__`` has no host meaning.
-HOST_FLAGS = ("-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
+HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
 #: NVRTC's: the device half has only device code, so unannotated (constexpr) functions are
 #: device functions.
 NVRTC_FLAGS = ("-std=c++17", "-default-device", "-DNDEBUG")
@@ -121,7 +121,8 @@ class Nvrtc(Backend):
         (build_dir / "kernels.txt").write_text("\n".join(sorted(kernels)) + "\n")
         (build_dir / "device.cu").write_text("".join(f'#include "{_half_name(f, i)}"\n'
                                                      for i, f in enumerate(spec.cuda_files)))
-        options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim", *(f"-I{d}" for d in toolkit().include)]
+        options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim",
+                   *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
         driver = _quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py"))])
         steps = ["rule device", f"  command = {driver} $in {_quote(['kernels.txt', *options])}", "",
                  "rule asm", f"  command = {_quote(compilers[:1])} -c $in -o $out", "",
@@ -134,7 +135,7 @@ class Nvrtc(Backend):
 
 def _host_flags(cxx: str, extra: tuple[str, ...]) -> list[str]:
     system = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path(), *toolkit().include]
-    flags = [cxx, *CXX_FLAGS, "-O1", *HOST_FLAGS, *extra]
+    flags = [cxx, *CXX_FLAGS, *HOST_FLAGS, *extra]
     for d in dict.fromkeys(system):
         flags += ["-isystem", d]
     return flags
@@ -186,21 +187,21 @@ def _half_name(f: str, i: int) -> str:
 
 def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
     """The host and device halves of kernkit's headers, the shipped kernels and the spec's
-    files under ``build_dir/host`` and ``build_dir/device``, the host unit, and the shims that
-    stand for the host headers NVRTC cannot take; returns the sources read and the kernel
-    names they define."""
+    files under ``build_dir/host`` and ``build_dir/device``, and the shims that stand for the
+    headers NVRTC cannot take; returns the sources read and the kernel names they define. Bytes
+    that are not UTF-8 (a Latin-1 comment) pass through unchanged."""
     files = {f: f.relative_to(root) for root in (INCLUDE_DIR, KERNELS_DIR) for f in root.rglob("*")
              if f.suffix in (".h", ".cuh") and "emu" not in f.relative_to(root).parts}
     files.update((Path(f), Path(_half_name(f, i))) for i, f in enumerate(spec.cuda_files))
     kernels: set[str] = set()
     includes: set[str] = set()
     for source, rel in files.items():
-        halves = split(source.read_text())
+        halves = split(source.read_text(errors="surrogateescape"))
         kernels.update(halves.kernels)
         for side, text in (("host", halves.host), ("device", halves.device)):
             out = build_dir / side / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            out.write_text(text, errors="surrogateescape")
         includes.update(re.findall(r"^\s*#\s*include\s*<([^>]+)>", halves.device, re.M))
     kit = toolkit()
     (build_dir / "shim").mkdir()

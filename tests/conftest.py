@@ -14,6 +14,10 @@ import pytest
 if "KERNKIT_CACHE_DIR" not in os.environ:
     os.environ["KERNKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernkit-test-cache-")
 os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")
+# CUDA builds that name no backend use nvcc unless the caller says otherwise
+# (KERNKIT_BACKEND=nvrtc runs the suite through the nvrtc backend): what is installed on a
+# machine would otherwise decide which backend the nvcc-specific tests see.
+os.environ.setdefault("KERNKIT_BACKEND", "nvcc")
 
 import torch  # noqa: E402
 

@@ -155,3 +155,16 @@ def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh
         load_jit("bad_nvrtc", cuda_files=[str(src)], cuda_wrappers=[("launch", "launch<1>")], backend="nvrtc")
     message = str(info.value)
     assert "undefined_device_function" in message and "backend='nvcc'" in message and "KERNKIT_BACKEND=nvcc" in message
+
+
+def test_default_backend_is_nvrtc_where_it_is_installed(monkeypatch):
+    from kernkit.jit import config, nvrtc
+
+    monkeypatch.delenv("KERNKIT_BACKEND")
+    monkeypatch.setattr(nvrtc, "available", lambda: True)
+    assert config.default_backend() == "nvrtc"
+    monkeypatch.setattr(nvrtc, "available", lambda: False)
+    assert config.default_backend() == "nvcc"
+    monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")
+    monkeypatch.setattr(nvrtc, "available", lambda: True)
+    assert config.default_backend() == "nvcc"

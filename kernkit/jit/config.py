@@ -14,7 +14,7 @@ JIT_VAR = "KERNKIT_JIT"
 ARCH_VAR = "KERNKIT_CUDA_ARCH"
 #: Extra flags for the CPU emulation backend: ``1``/``address,undefined`` enable sanitizers.
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
-#: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc``.
+#: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``default_backend``).
 BACKEND_VAR = "KERNKIT_BACKEND"
 
 
@@ -45,5 +45,11 @@ def emu_sanitizers() -> tuple[str, ...]:
 
 
 def default_backend() -> str:
-    """The backend of a CUDA build that names none: ``$KERNKIT_BACKEND``, else ``nvcc``."""
-    return os.environ.get(BACKEND_VAR, "").strip().lower() or "nvcc"
+    """The backend of a CUDA build that names none: ``$KERNKIT_BACKEND``; else ``nvrtc`` where
+    NVRTC, CUDA's headers and cuda-bindings are installed (``kernkit[nvrtc]``); else ``nvcc``."""
+    explicit = os.environ.get(BACKEND_VAR, "").strip().lower()
+    if explicit:
+        return explicit
+    from .nvrtc import available
+
+    return "nvrtc" if available() else "nvcc"

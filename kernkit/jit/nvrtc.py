@@ -15,6 +15,7 @@ toolkit); NVRTC is called through ``cuda-bindings``.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -72,6 +73,16 @@ def toolkit() -> Toolkit:
     cccl = found["cuda/std/version"].parent.parent.parent
     include = [str(found["cuda_runtime.h"].parent), str(found["crt/host_defines.h"].parent.parent), str(cccl)]
     return Toolkit(str(found["libnvrtc"]), tuple(dict.fromkeys(include)), str(found["libcudart"]))
+
+
+@cache
+def available() -> bool:
+    """Whether nvrtc builds can run here: cuda-bindings importable and ``toolkit`` found."""
+    try:
+        toolkit()
+    except ToolchainError:
+        return False
+    return importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
 
 
 def _roots(kind: str) -> list[Path]:

@@ -82,7 +82,7 @@ def store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Ten
         strided (slices of a fused QKV tensor).
 
     Bad arguments raise ``TypeError``/``ValueError`` naming the argument, before anything is
-    written. CUDA tensors run the nvcc build, CPU tensors the CPU emulator.
+    written. CUDA tensors run the GPU build (nvrtc or nvcc), CPU tensors the CPU emulator.
 
     Example
     -------

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--set", "--shape", dest="shape", nargs="+", action="extend", default=[], metavar="NAME=VALUE",
                    help="the model shape, e.g. num_heads=8 head_dim=128 hidden_size=4096")
     w.add_argument("--backend", choices=sorted(BACKENDS),
-                   help="nvcc or nvrtc (GPU; the default is KERNKIT_BACKEND, else nvcc) or emu (CPU emulator)")
+                   help="nvrtc or nvcc (GPU; default: KERNKIT_BACKEND, else nvrtc where installed) or emu (CPU)")
     w.add_argument("-j", "--jobs", type=int, help="builds at once (default: the number of cores)")
     w.add_argument("--list", action="store_true", help="print the specializations without building them")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

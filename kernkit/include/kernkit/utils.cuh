@@ -171,9 +171,19 @@ class LaunchKernel {
     launch_nvrtc(reinterpret_cast<const void*>(kernel), std::index_sequence_for<Params...>{},
                  std::tuple<Params...>(static_cast<Params>(std::forward<Args>(args))...));
 #else
-    Config c;
-    configure(c);
-    const cudaError_t err = cudaLaunchKernelEx(&c.config, kernel, static_cast<Params>(std::forward<Args>(args))...);
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid_;
+    config.blockDim = block_;
+    config.dynamicSmemBytes = smem_;
+    config.stream = stream_;
+    cudaLaunchAttribute attr[1];
+    if (pdl_) {
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
     if (err != cudaSuccess) {
       fail(err);
     }
@@ -181,25 +191,6 @@ class LaunchKernel {
   }
 
  private:
-  /// A launch's configuration with the storage of its attributes (PDL's).
-  struct Config {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute attr[1];
-  };
-
-  void configure(Config& c) const {
-    c.config.gridDim = grid_;
-    c.config.blockDim = block_;
-    c.config.dynamicSmemBytes = smem_;
-    c.config.stream = stream_;
-    if (pdl_) {
-      c.attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      c.attr[0].val.programmaticStreamSerializationAllowed = 1;
-      c.config.attrs = c.attr;
-      c.config.numAttrs = 1;
-    }
-  }
-
   [[noreturn]] void fail(cudaError_t err) const {
     Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
           block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
@@ -240,9 +231,19 @@ class LaunchKernel {
   template <size_t... I, typename Tuple>
   void launch_nvrtc(const void* symbol, std::index_sequence<I...>, Tuple values) const {
     void* argv[] = {static_cast<void*>(&std::get<I>(values))..., nullptr};
-    Config c;
-    configure(c);
-    const cudaError_t err = cudaLaunchKernelExC(&c.config, reinterpret_cast<const void*>(nvrtc_handle(symbol)), argv);
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid_;
+    config.blockDim = block_;
+    config.dynamicSmemBytes = smem_;
+    config.stream = stream_;
+    cudaLaunchAttribute attr[1];
+    if (pdl_) {
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = attr;
+      config.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(nvrtc_handle(symbol)), argv);
     if (err != cudaSuccess) fail(err);
   }
 #endif

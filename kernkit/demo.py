@@ -1,8 +1,9 @@
 """kernkit's demo: JIT-compile the shipped ops, run them, and check them against torch.
 
 On a GPU machine the ops run on the GPU. Without one, kernkit still compiles the CUDA
-specializations with nvcc for ``$KERNKIT_CUDA_ARCH`` (9.0 by default here), which proves they
-build, and runs the same kernel templates on CPU tensors through the CPU emulator.
+specializations (with NVRTC or nvcc, whichever is the default backend) for
+``$KERNKIT_CUDA_ARCH`` (9.0 by default here), which proves they build, and runs the same kernel
+templates on CPU tensors through the CPU emulator.
 
 Run: ``python -m kernkit.demo``.
 """
@@ -100,7 +101,7 @@ def compile_cuda_specializations() -> bool:
     # The compilers run as subprocesses, so threads build the specializations in parallel.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         futures = [pool.submit(spec.build) for spec in specs]
-        results = [_check(f"nvcc {spec.label}", lambda fut=fut: fut.result().is_file()) for spec, fut in zip(specs, futures)]
+        results = [_check(f"build {spec.label}", lambda fut=fut: fut.result().is_file()) for spec, fut in zip(specs, futures)]
     print(f"  ({len(specs)} builds in {time.perf_counter() - start:.1f} s)")
     return all(results)
 

@@ -21,7 +21,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -173,14 +172,17 @@ def prelude(flags: list[str]) -> Path | None:
     key = hashlib.sha256(json.dumps([PRELUDE, flags, stamps]).encode()).hexdigest()[:16]
     header = cache.root() / "pch" / key / "prelude.h"
     gch = header.with_name("prelude.h.gch")
-    if not gch.is_file():
-        cache.ensure_dir(header.parent)
-        header.write_text(PRELUDE)
-        tmp = header.with_name(f".prelude.h.gch.{os.getpid()}.{threading.get_ident()}")
-        if subprocess.run([*flags, "-x", "c++-header", str(header), "-o", str(tmp)], capture_output=True).returncode:
-            tmp.unlink(missing_ok=True)
-            return None  # the unit's own compile then reports what is wrong with these headers
-        os.replace(tmp, gch)  # atomic: a concurrent build sees no .gch or a whole one
+    if gch.is_file():
+        return header
+    with cache.locked(key, "the nvrtc backend's precompiled headers"):  # one build makes it, the others wait
+        if not gch.is_file():
+            cache.ensure_dir(header.parent)
+            header.write_text(PRELUDE)
+            tmp = header.with_name(f".prelude.h.gch.{os.getpid()}")
+            if subprocess.run([*flags, "-x", "c++-header", str(header), "-o", str(tmp)], capture_output=True).returncode:
+                tmp.unlink(missing_ok=True)
+                return None  # the unit's own compile then reports what is wrong with these headers
+            os.replace(tmp, gch)  # atomic: a process that takes no lock sees no .gch or a whole one
     return header
 
 

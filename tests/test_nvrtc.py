@@ -168,3 +168,21 @@ def test_default_backend_is_nvrtc_where_it_is_installed(monkeypatch):
     monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")
     monkeypatch.setattr(nvrtc, "available", lambda: True)
     assert config.default_backend() == "nvcc"
+
+
+def test_the_whole_header_library_builds(fresh_cache):
+    """The kernels of tests/csrc/headers_kernels.cuh (every primitive of every header, for every
+    type it takes) split and build: NVRTC compiles every instantiation the host half launches."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    sys.path.insert(0, str(REPO / "tests"))
+    import test_headers_emu as headers
+
+    from kernkit.jit import JitSpec
+
+    lib = JitSpec.make("headers_test", cuda_files=[str(headers.KERNELS)], cuda_wrappers=headers.WRAPPERS,
+                       backend="nvrtc").build()
+    records = (lib.parent / "kernels.S").read_text().count(".asciz")
+    undefined = subprocess.run(["nm", "-u", str(lib.parent / "kernel_host.cc.o")], capture_output=True, text=True,
+                               check=True).stdout
+    assert records > 100 and records == sum(" U _ZN7kernkit12headers_test" in f" {line.strip()}"
+                                            for line in undefined.splitlines())

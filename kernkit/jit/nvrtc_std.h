@@ -96,11 +96,26 @@ T&& declval() noexcept;
 template <class... T>
 struct common_type;
 template <class T>
-struct common_type<T> { using type = remove_cv_t<T>; };
+struct common_type<T> { using type = remove_cv_t<remove_reference_t<T>>; };
 template <class T, class U, class... R>
 struct common_type<T, U, R...> : common_type<decltype(true ? declval<T>() : declval<U>()), R...> {};
 template <class... T>
 using common_type_t = typename common_type<T...>::type;
+
+// std::move and std::forward are NVRTC built-ins.
+template <class T, T... I>
+struct integer_sequence {
+  using value_type = T;
+  static constexpr size_t size() noexcept { return sizeof...(I); }
+};
+template <size_t... I>
+using index_sequence = integer_sequence<size_t, I...>;
+template <class T, T N>
+using make_integer_sequence = __make_integer_seq<integer_sequence, T, N>;
+template <size_t N>
+using make_index_sequence = make_integer_sequence<size_t, N>;
+template <class... T>
+using index_sequence_for = make_index_sequence<sizeof...(T)>;
 
 template <class T>
 constexpr const T& min(const T& a, const T& b) { return b < a ? b : a; }
@@ -121,6 +136,9 @@ struct numeric_limits {
     else if constexpr (is_signed_v<T>) return T(-max() - 1);
     else return T(0);
   }
-  static constexpr T infinity() noexcept { return T(__builtin_huge_val()); }
+  static constexpr T infinity() noexcept {
+    if constexpr (is_same_v<T, float>) return __builtin_bit_cast(float, 0x7f800000u);
+    else return T(__builtin_bit_cast(double, 0x7ff0000000000000ull));
+  }
 };
 }  // namespace std

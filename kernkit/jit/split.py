@@ -6,7 +6,8 @@ declaration, which its sources make easy: a function's execution space is writte
 declaration (``__global__``, ``__device__``, ``KERNKIT_DEVICE``, ``__host__ __device__``).
 
 * The device half drops host functions (with their ``template <...>`` heads), ``namespace
-  host`` blocks and classes whose member functions are all host functions.
+  host`` blocks and classes whose member functions are all host functions; ``constexpr``
+  functions stay in both halves (as nvcc's ``--expt-relaxed-constexpr`` lets device code call them).
 * The host half turns every ``__global__`` definition into a declaration (the host object then
   names every kernel instantiation a launcher takes the address of, as an undefined symbol) and
   drops device-only functions.
@@ -29,6 +30,11 @@ _HOST = re.compile(r"\b__host__\b")
 _CONSTEXPR = re.compile(r"\b(constexpr|consteval)\b")
 _CLASS = re.compile(r"\b(class|struct|union|enum)\b")
 _NAMESPACE = re.compile(r"^\s*(inline\s+)?namespace\b\s*([A-Za-z_]\w*)?\s*$|^\s*extern\s+\"C(\+\+)?\"\s*$")
+_ACCESS = re.compile(r"\s*(public|private|protected)\s*")
+#: The end of a function's declarator: ``)`` then qualifiers, a trailing return type, attributes.
+_DECLARATOR_END = re.compile(r"\)\s*(const\b|volatile\b|noexcept\b(\s*\([^)]*\))?|override\b|final\b|&&?|"
+                             r"->[^;{}]*|__attribute__\s*\(\(.*\)\))*\s*$", re.S)
+_LAMBDA = re.compile(r"=\s*\[")
 
 
 @dataclass
@@ -45,13 +51,6 @@ def split(text: str) -> Halves:
     scanner = _Scanner(text)
     device, host, _ = scanner.scope(0, len(text), in_class=False)
     return Halves(device, host, scanner.kernels)
-
-
-_ACCESS = re.compile(r"\s*(public|private|protected)\s*")
-#: The end of a function's declarator: ``)`` then qualifiers, a trailing return type, attributes.
-_DECLARATOR_END = re.compile(r"\)\s*(const\b|volatile\b|noexcept\b(\s*\([^)]*\))?|override\b|final\b|&&?|"
-                             r"->[^;{}]*|__attribute__\s*\(\(.*\)\))*\s*$", re.S)
-_LAMBDA = re.compile(r"=\s*\[")
 
 
 class _Scanner:

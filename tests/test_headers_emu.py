@@ -70,7 +70,7 @@ def mod(backend):
 
     if backend == "emu" and not _cuda_headers_present():
         pytest.skip("the CPU emulator needs the CUDA headers (set CUDA_HOME)")
-    if backend == "nvcc" and not torch.cuda.is_available():
+    if backend != "emu" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     return load_jit("headers_test", cuda_files=[str(KERNELS)], cuda_wrappers=WRAPPERS, backend=backend)
 
@@ -78,7 +78,7 @@ def mod(backend):
 @pytest.fixture(scope="module")
 def dev(backend) -> str:
     """The torch device of the tensors handed to the kernels."""
-    return "cuda" if backend == "nvcc" else "cpu"
+    return "cpu" if backend == "emu" else "cuda"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The header library's value tests (``tests/test_headers_emu.py``) on a CUDA GPU.
 
-Every test of that module runs here with the kernels built by nvcc (``backend="nvcc"``) and the
-tensors on the GPU; references are computed by torch on the CPU. The comparisons are the same:
+Every test of that module runs here with the kernels built for the GPU by the default backend
+(``KERNKIT_BACKEND``: nvcc unless set, see ``tests/conftest.py``; ``KERNKIT_BACKEND=nvrtc`` runs
+them through NVRTC) and the tensors on the GPU; references are computed by torch on the CPU. The comparisons are the same:
 bit-exact wherever the operation is exact, a tolerance for fp32 rsqrt/exp/sin/cos. Run with
 ``pytest -m gpu``; skipped when torch sees no GPU.
 """
@@ -22,5 +23,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def backend() -> str:
-    """Where the kernels run: the GPU."""
-    return "nvcc"
+    """Where the kernels run: the GPU, built by the default backend."""
+    from kernkit.jit.config import default_backend
+
+    return default_backend()

@@ -19,9 +19,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <tuple>
 #if defined(KERNKIT_NVRTC)
 #include <mutex>
-#include <tuple>
 #endif
 
 /// \brief Qualifiers for every kernkit device helper: inlined, device-only.
@@ -167,36 +167,15 @@ class LaunchKernel {
 #if defined(KERNKIT_EMU)
     ::kernkit::emu::launch(::kernkit::emu::LaunchConfig{grid_, block_, smem_}, kernel,
                            static_cast<Params>(std::forward<Args>(args))...);
-#elif defined(KERNKIT_NVRTC)
-    launch_nvrtc(reinterpret_cast<const void*>(kernel), std::index_sequence_for<Params...>{},
-                 std::tuple<Params...>(static_cast<Params>(std::forward<Args>(args))...));
 #else
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid_;
-    config.blockDim = block_;
-    config.dynamicSmemBytes = smem_;
-    config.stream = stream_;
-    cudaLaunchAttribute attr[1];
-    if (pdl_) {
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      config.attrs = attr;
-      config.numAttrs = 1;
-    }
-    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...);
-    if (err != cudaSuccess) {
-      fail(err);
-    }
+    // What cuda_runtime.h's cudaLaunchKernelEx template does, with the kernel given as a
+    // handle, so that an nvrtc build (a cubin's kernel) and an nvcc build share the launch.
+    launch(handle(reinterpret_cast<const void*>(kernel)), std::index_sequence_for<Params...>{},
+           std::tuple<Params...>(static_cast<Params>(std::forward<Args>(args))...));
 #endif
   }
 
  private:
-  [[noreturn]] void fail(cudaError_t err) const {
-    Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
-          block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
-          cudaGetErrorString(err), ")");
-  }
-
 #if defined(KERNKIT_NVRTC)
   /// What the nvrtc backend links in (its generated `kernels.S`) for each kernel instantiation
   /// a launcher takes the address of: the host "address" of the kernel is this record, whose
@@ -227,9 +206,21 @@ class LaunchKernel {
     __atomic_store_n(&k->handle, handle, __ATOMIC_RELEASE);
     return handle;
   }
+#endif
+
+#if !defined(KERNKIT_EMU)
+  /// What `cudaLaunchKernelExC` launches: the kernel's address under nvcc, its cubin handle
+  /// under the nvrtc backend.
+  static const void* handle(const void* kernel) {
+#if defined(KERNKIT_NVRTC)
+    return reinterpret_cast<const void*>(nvrtc_handle(kernel));
+#else
+    return kernel;
+#endif
+  }
 
   template <size_t... I, typename Tuple>
-  void launch_nvrtc(const void* symbol, std::index_sequence<I...>, Tuple values) const {
+  void launch(const void* func, std::index_sequence<I...>, Tuple values) const {
     void* argv[] = {static_cast<void*>(&std::get<I>(values))..., nullptr};
     cudaLaunchConfig_t config{};
     config.gridDim = grid_;
@@ -243,8 +234,12 @@ class LaunchKernel {
       config.attrs = attr;
       config.numAttrs = 1;
     }
-    const cudaError_t err = cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(nvrtc_handle(symbol)), argv);
-    if (err != cudaSuccess) fail(err);
+    const cudaError_t err = cudaLaunchKernelExC(&config, func, argv);
+    if (err != cudaSuccess) {
+      Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
+            block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",
+            cudaGetErrorString(err), ")");
+    }
   }
 #endif
 

@@ -185,3 +185,56 @@ def test_the_whole_header_library_builds(fresh_cache):
                                check=True).stdout
     assert records > 100 and records == sum(" U _ZN7kernkit12headers_test" in f" {line.strip()}"
                                             for line in undefined.splitlines())
+
+
+def test_the_std_subset_agrees_with_the_standard_library():
+    """nvrtc_std.h's numeric limits and integer sequences, checked by NVRTC itself against the
+    values numpy gives (C's limits)."""
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    import numpy as np
+
+    from kernkit.jit import nvrtc as backend
+
+    def literal(v: int) -> str:  # no literal spells INT64_MIN
+        return f"({v + 1}ll - 1)" if v < 0 else f"{v}ull"
+
+    checks = [f"static_assert(std::numeric_limits<std::{t}_t>::{f}() == {literal(int(v))});"
+              for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+              for f, v in (("max", np.iinfo(t).max), ("lowest", np.iinfo(t).min))]
+    checks += [f"static_assert(std::numeric_limits<float>::max() == {np.finfo(np.float32).max.item()!r}f);",
+               "static_assert(std::numeric_limits<float>::lowest() == -std::numeric_limits<float>::max());",
+               "static_assert(std::is_same_v<std::make_index_sequence<0>, std::index_sequence<>>);",
+               "static_assert(std::is_same_v<std::make_index_sequence<7>, std::index_sequence<0, 1, 2, 3, 4, 5, 6>>);"]
+    source = '#include "nvrtc_std.h"\n' + "\n".join(checks) + "\n"
+    options = [*backend.NVRTC_FLAGS, f"-I{Path(backend.__file__).parent}",
+               *(f"-I{d}" for d in backend.toolkit().include)]
+    _, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"std_check.cu", 0, [], [])
+    (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    log = bytearray(size)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+
+
+def test_a_build_does_not_wait_for_the_precompiled_headers_another_build_makes(fresh_cache):
+    """While one build makes the precompiled host headers, another compiles without them at once
+    (on a fresh cache, a parallel warmup would otherwise wait for it); once made, both use them."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import threading
+    import time
+
+    from kernkit.jit import nvrtc
+    from kernkit.jit.backends import find_cxx
+
+    flags = nvrtc._host_flags(find_cxx(), ())
+    maker = threading.Thread(target=nvrtc.prelude, args=(flags,))
+    maker.start()
+    while not any((fresh_cache / "v2" / ".locks").glob("*.lock")):
+        time.sleep(0.01)
+    time.sleep(0.1)
+    started = time.perf_counter()
+    assert nvrtc.prelude(flags) is None
+    waited = time.perf_counter() - started
+    maker.join()
+    header = nvrtc.prelude(flags)
+    assert waited < 0.3 and header is not None and header.with_name("prelude.h.gch").is_file()

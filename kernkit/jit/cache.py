@@ -153,11 +153,12 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
 
 
 @contextlib.contextmanager
-def locked(key: str, label: str):
+def locked(key: str, label: str, wait: bool = True):
     """Hold the file lock of one key (``filelock``: an ``flock``, released if the process dies).
     A wait longer than ``LOCK_WARN_SECONDS`` logs once, through the ``kernkit.jit`` logger, that
     the build of ``label`` waits, for which process, and how to break the lock; it never times out.
-    """
+    With ``wait=False`` it yields False at once where another process holds the lock, True where
+    it took it."""
     import filelock  # only builds need it: importing it costs ~10 ms of a process start
 
     ensure_dir(root() / ".locks")
@@ -167,8 +168,11 @@ def locked(key: str, label: str):
     lock = filelock.FileLock(str(path))
     try:
         try:
-            lock.acquire(timeout=LOCK_WARN_SECONDS)
+            lock.acquire(timeout=LOCK_WARN_SECONDS if wait else 0)
         except filelock.Timeout:
+            if not wait:
+                yield False
+                return
             try:
                 who = holder.read_text(errors="replace").strip()
             except OSError:
@@ -184,7 +188,7 @@ def locked(key: str, label: str):
     try:
         with contextlib.suppress(OSError):  # it only serves the message above
             holder.write_text(f"pid {os.getpid()} on {socket.gethostname()}")
-        yield
+        yield True
     finally:
         with contextlib.suppress(OSError):
             holder.unlink()

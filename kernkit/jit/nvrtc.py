@@ -14,6 +14,8 @@ toolkit); NVRTC is called through ``cuda-bindings``.
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import hashlib
 import importlib.util
 import json
@@ -87,18 +89,27 @@ def available() -> bool:
 def _roots(kind: str) -> list[Path]:
     """Where the wheels put ``kind`` (``lib``, ``include``): ``nvidia/cu*/<kind>`` of each site
     directory; then the toolkit's ``lib64``/``include``."""
-    roots = [d for entry in sys.path if os.path.isdir(os.path.join(entry or ".", "nvidia"))
-             for d in sorted(Path(entry or ".").glob(f"nvidia/cu*/{kind}"), reverse=True)]
+    roots = []
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            wheels = Path(entry or ".", "nvidia")
+            roots += [wheels / d / kind for d in sorted(os.listdir(wheels), reverse=True) if d.startswith("cu")]
     home = find_cuda_home()
     return roots + ([home / ("lib64" if kind == "lib" else "include")] if home is not None else [])
 
 
 def _find(roots: list[Path], pattern: str) -> Path | None:
-    """The first file matching ``pattern`` under ``roots``."""
+    """The first file matching ``pattern`` (a wildcard in its last part only) under ``roots``."""
     for root in roots:
-        hits = sorted(root.glob(pattern))
-        if hits:
-            return hits[-1]
+        path = root / pattern
+        if "*" not in pattern:
+            if path.is_file():
+                return path
+            continue
+        with contextlib.suppress(OSError):
+            hits = sorted(fnmatch.filter(os.listdir(path.parent), path.name))
+            if hits:
+                return path.parent / hits[-1]
     return None
 
 
@@ -164,8 +175,10 @@ PRELUDE = "".join(f"#include <{h}>\n" for h in (
 def prelude(flags: list[str]) -> Path | None:
     """``PRELUDE`` as a header with its precompiled ``.gch`` beside it, under the cache root and
     keyed by the compile flags and the identity of the compiler and of the headers' directories;
-    built here when missing. GCC uses the ``.gch`` only where it was made with the same flags, and
-    parses the header otherwise: a stale or foreign ``.gch`` costs time, never correctness."""
+    built here when missing, or None while another build makes it (parsing the headers costs less
+    than waiting: on a fresh cache, a parallel ``warmup`` would wait for the slowest part of one
+    build). GCC uses the ``.gch`` only where it was made with the same flags, and parses the header
+    otherwise: a stale or foreign ``.gch`` costs time, never correctness."""
     from . import cache
 
     stamps = [stamp(flags[0])] + [_dir_stamp(d) for d in flags if Path(d).is_dir()]
@@ -174,7 +187,9 @@ def prelude(flags: list[str]) -> Path | None:
     gch = header.with_name("prelude.h.gch")
     if gch.is_file():
         return header
-    with cache.locked(key, "the nvrtc backend's precompiled headers"):  # one build makes it, the others wait
+    with cache.locked(key, "the nvrtc backend's precompiled headers", wait=False) as mine:
+        if not mine:
+            return None
         if not gch.is_file():
             cache.ensure_dir(header.parent)
             header.write_text(PRELUDE)
@@ -224,15 +239,11 @@ def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
             continue
         shim = build_dir / "shim" / header
         shim.parent.mkdir(parents=True, exist_ok=True)
-        # The standard headers kernkit's device code uses become nvrtc_std.h; another one that
-        # libcu++ has becomes libcu++'s, in namespace std too; a host-only header (tvm-ffi's,
-        # <string>) becomes empty: the device half uses nothing from it.
-        if header in _STD_HEADERS:
-            text = f'#include "{_STD.name}"\n' + _GLOBAL_NAMES.get(header, "")
-        elif Path(kit.include[-1], "cuda", "std", header).exists():
-            text = f"#include <cuda/std/{header}>\nnamespace std {{ using namespace cuda::std; }}\n"
-        else:
-            text = ""
+        # The standard headers kernkit's device code uses become nvrtc_std.h; any other header
+        # NVRTC lacks (tvm-ffi's, <tuple>, <array>) becomes empty: kernkit includes those for its
+        # host code, and device code that needs more includes <cuda/std/...> itself. Mapping them
+        # to libcu++'s instead would cost about 0.7 s per build for each one (its type traits).
+        text = f'#include "{_STD.name}"\n' + _GLOBAL_NAMES.get(header, "") if header in _STD_HEADERS else ""
         shim.write_text("#pragma once\n" + text)
     return list(files), kernels
 

@@ -110,8 +110,26 @@ struct integer_sequence {
 };
 template <size_t... I>
 using index_sequence = integer_sequence<size_t, I...>;
+// By halving rather than through __make_integer_seq, a built-in NVRTC 13.0 lacks.
+template <class S, class R>
+struct join_sequences;
+template <class T, T... I, T... J>
+struct join_sequences<integer_sequence<T, I...>, integer_sequence<T, J...>> {
+  using type = integer_sequence<T, I..., (T(sizeof...(I)) + J)...>;
+};
+template <class T, size_t N>
+struct make_sequence : join_sequences<typename make_sequence<T, N / 2>::type,
+                                      typename make_sequence<T, N - N / 2>::type> {};
+template <class T>
+struct make_sequence<T, 0> {
+  using type = integer_sequence<T>;
+};
+template <class T>
+struct make_sequence<T, 1> {
+  using type = integer_sequence<T, 0>;
+};
 template <class T, T N>
-using make_integer_sequence = __make_integer_seq<integer_sequence, T, N>;
+using make_integer_sequence = typename make_sequence<T, size_t(N)>::type;
 template <size_t N>
 using make_index_sequence = make_integer_sequence<size_t, N>;
 template <class... T>
@@ -128,7 +146,7 @@ struct numeric_limits {
   static constexpr T max() noexcept {
     if constexpr (is_same_v<T, float>) return 3.40282347e+38f;
     else if constexpr (is_same_v<T, double>) return 1.7976931348623157e+308;
-    else if constexpr (is_signed_v<T>) return T(~make_unsigned_t<T>(0) >> 1);
+    else if constexpr (is_signed_v<T>) return T(make_unsigned_t<T>(~make_unsigned_t<T>(0)) >> 1);  // no promotion
     else return T(~T(0));
   }
   static constexpr T lowest() noexcept {

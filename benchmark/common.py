@@ -72,6 +72,15 @@ def graph_time_us(calls: Sequence[Callable[[], object]], replays: int = 30, warm
     return statistics.median(times)
 
 
+def allow_recompiles(limit: int = 64) -> None:
+    """Let one ``torch.compile``'d function recompile per shape (``dynamic=False``) up to
+    ``limit`` times: past dynamo's default of 8 it would fall back to eager without a word, and
+    the torch.compile column would time eager code."""
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+
+
 def copy_bandwidth_tbs(nbytes: int = 2 * 2**30, reps: int = 20) -> float:
     """Device-to-device copy bandwidth, bytes read plus bytes written, in TB/s (median)."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()

@@ -43,3 +43,171 @@ def compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
 def scale(out: torch.Tensor, src: torch.Tensor, factor: float) -> None:
     """``out = src * factor``, computed in fp32 and rounded once to the dtype."""
     out.copy_(src.float() * factor)
+
+
+# ----- per_token_quant_fp8
+
+
+def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``x`` (last dimension, at least one element): ``scale = max|x| / 448`` in fp32
+    (a NaN wins the max, as in ``amax``), ``q = saturate_e4m3(x / scale)`` with an fp32 IEEE
+    division per element, rounded to nearest even, and ``q = 0`` where ``scale == 0``. Returns
+    ``(q, scales)``, ``scales`` shaped ``[*x.shape[:-1], 1]``."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scales = amax / torch.full_like(amax, 448.0)  # elementwise IEEE division, never a reciprocal
+    q = torch.where(scales == 0, torch.zeros_like(xf), xf / scales).clamp(-448.0, 448.0)
+    return q.to(torch.float8_e4m3fn), scales
+
+
+# ----- rotary_embedding
+
+
+def _rope_heads(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
+                head_dim: int) -> None:
+    """Rotate the heads of one of q/k in place (see ``rotary_embedding``)."""
+    # head_dim is contiguous: a view, also of strided rows
+    heads = x if x.dim() == 3 else x.view(x.shape[0], x.shape[1] // head_dim, head_dim)
+    rot = cos_sin_cache.shape[1]
+    half = rot // 2
+    valid = ((positions >= 0) & (positions < cos_sin_cache.shape[0])).nonzero().squeeze(1)
+    pos = positions[valid].long()
+    cos = cos_sin_cache[pos, :half].float()[:, None, :]
+    sin = cos_sin_cache[pos, half:].float()[:, None, :]
+    first, second = (slice(0, half), slice(half, rot)) if is_neox else (slice(0, rot, 2), slice(1, rot, 2))
+    rows = heads[valid]
+    a, b = rows[:, :, first].float(), rows[:, :, second].float()  # fp32 rows: views of rows
+    new_a, new_b = (a * cos - b * sin).to(x.dtype), (b * cos + a * sin).to(x.dtype)
+    rows[:, :, first] = new_a
+    rows[:, :, second] = new_b
+    heads[valid] = rows
+
+
+def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
+                     is_neox: bool = True, head_dim: int | None = None) -> None:
+    """Rotary embedding of q and k in place: pairs (i, i + rot/2) with ``is_neox``, else (2i, 2i+1);
+    ``x * cos - y * sin`` and ``y * cos + x * sin`` as fp32 products and one fp32 subtraction /
+    addition, rounded once to the dtype. Tokens whose position is outside ``[0, max_position)``
+    are left unchanged; the elements of a head after ``rot_dim`` too."""
+    if head_dim is None:
+        head_dim = q.shape[2] if q.dim() == 3 else cos_sin_cache.shape[1]
+    for x in (q, k):
+        _rope_heads(x, positions, cos_sin_cache, is_neox, head_dim)
+
+
+# ----- rmsnorm
+
+
+def _norm_layout(itemsize: int, hidden: int) -> tuple[int, int, int]:
+    """``(vec, threads, per_thread)`` of ``NormLayout`` in ``kernkit/kernels/norm/rmsnorm.cuh``:
+    elements per 16-byte vector, threads per row, vectors per thread (vector ``j`` belongs to
+    thread ``j % threads``)."""
+    vec = 16 // itemsize
+    vecs = hidden // vec
+    wanted = -(-vecs // 4)
+    if wanted <= 32:
+        threads = 1 << (wanted - 1).bit_length()
+    else:
+        threads = min(1024, -(-wanted // 32) * 32)
+    return vec, threads, -(-vecs // threads)
+
+
+def _butterfly(v: torch.Tensor, width: int) -> torch.Tensor:
+    """``warp::reduce_sum<width>`` over the last dimension (groups of ``width`` lanes): each lane
+    adds its partner's value at XOR distances width/2, ..., 1, in fp32."""
+    lanes = torch.arange(v.shape[-1])
+    mask = width // 2
+    while mask >= 1:
+        v = v + v[..., lanes ^ mask]
+        mask //= 2
+    return v
+
+
+def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
+    """``1 / sqrt(sum(x**2) / hidden + eps)`` of each row of the fp32 ``[rows, hidden]`` tensor
+    ``xf``, with the kernel's fp32 operations in the kernel's order (each thread's squares summed
+    in order, then the butterfly within the row's group of lanes, or within each warp and then
+    across the warps' sums); shaped ``[rows, 1]``."""
+    rows, hidden = xf.shape
+    vec, threads, per_thread = _norm_layout(itemsize, hidden)
+    padded = torch.zeros(rows, per_thread * threads * vec, dtype=torch.float32)
+    padded[:, :hidden] = xf
+    sq = padded * padded  # missing vectors add +0.0, which changes no sum of squares
+    sq = sq.view(rows, per_thread, threads, vec)
+    acc = torch.zeros(rows, threads, dtype=torch.float32)
+    for i in range(per_thread):
+        for k in range(vec):
+            acc = acc + sq[:, i, :, k]
+    if threads <= 32:
+        total = _butterfly(acc, threads)[:, :1]
+    else:
+        warps = _butterfly(acc.view(rows, threads // 32, 32), 32)[:, :, 0]
+        first = torch.zeros(rows, 32, dtype=torch.float32)
+        first[:, : threads // 32] = warps
+        total = _butterfly(first, 32)[:, :1]
+    eps32 = torch.tensor(eps, dtype=torch.float32)
+    mean = total / torch.full_like(total, float(hidden))  # an IEEE division, never a reciprocal
+    # torch's fp32 sqrt on the CPU is not always correctly rounded; the float64 root of an fp32
+    # value rounded to fp32 is (53 >= 2 * 24 + 2 bits), like the kernel's __fsqrt_rn.
+    root = torch.sqrt((mean + eps32).double()).float()
+    return torch.ones((), dtype=torch.float32) / root
+
+
+def rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """``out = (x * inv_rms) * weight`` per row of ``[..., hidden]``, in fp32 with the kernel's
+    order of operations (``_row_inv_rms``), rounded once to the dtype: the kernel's bits."""
+    xf = x.reshape(-1, x.shape[-1]).float()
+    r = _row_inv_rms(xf, eps, x.element_size())
+    out.copy_((xf * r * weight.float()).view(x.shape))
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """In place: ``s = x + residual`` in fp32; ``residual = s`` rounded to the dtype; ``x`` is
+    ``rmsnorm`` of the fp32 ``s`` (not of its rounded copy), as flashinfer's FusedAddRMSNorm."""
+    s = x.reshape(-1, x.shape[-1]).float() + residual.reshape(-1, x.shape[-1]).float()
+    r = _row_inv_rms(s, eps, x.element_size())
+    residual.copy_(s.view(x.shape))
+    x.copy_((s * r * weight.float()).view(x.shape))
+
+
+# ----- silu_and_mul, gelu_and_mul
+
+#: Significand bits after the point and the smallest subnormal of each float dtype.
+_FLOAT_BITS = {torch.float32: (23, 2.0**-149), torch.float16: (10, 2.0**-24), torch.bfloat16: (7, 2.0**-133)}
+
+
+def act_and_mul(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """``act(x[..., :d]) * x[..., d:]`` in float64 (``activation``: ``silu``, ``gelu`` or
+    ``gelu_tanh``), from the formulas the ops document: ``v / (1 + exp(-v))``,
+    ``0.5 v (1 + erf(v / sqrt 2))``, ``0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3)))``, the
+    last two in the equal forms ``0.5 v erfc(-v / sqrt 2)`` and ``v / (1 + exp(-2 sqrt(2 / pi) (v +
+    0.044715 v^3)))``: ``1 + erf`` and ``1 + tanh`` lose up to all their digits to cancellation
+    for negative ``v``, in float64 too."""
+    g, u = x.double().chunk(2, dim=-1)
+    if activation == "silu":
+        a = g / (1 + torch.exp(-g))
+    elif activation == "gelu":
+        a = 0.5 * g * torch.erfc(-g / 2**0.5)
+    else:
+        a = g / (1 + torch.exp(-2 * (2 / torch.pi) ** 0.5 * (g + 0.044715 * g**3)))
+    return a * u
+
+
+def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One unit in the last place of ``dtype`` at each (float64) value of ``ref``; the smallest
+    subnormal below the normal range."""
+    bits, tiny = _FLOAT_BITS[dtype]
+    _, e = torch.frexp(ref.abs())
+    return torch.ldexp(torch.ones_like(ref), e - 1 - bits).clamp_min(tiny)
+
+
+def act_and_mul_bound(x: torch.Tensor, ref: torch.Tensor, activation: str) -> torch.Tensor:
+    """The largest ``|out - ref|`` the ops' docstrings allow for ``x`` (of the op's dtype) and
+    its float64 result ``ref``: fp32 4 ulp (silu) or ``8 ulp + 2**-22 (1 + v^2) |ref|`` (gelu;
+    ``v`` the gate value), fp16/bf16 one ulp of the dtype."""
+    if x.dtype != torch.float32:
+        return ulp(ref, x.dtype)
+    if activation == "silu":
+        return 4 * ulp(ref, torch.float32)
+    g = x.double().chunk(2, dim=-1)[0]
+    return 8 * ulp(ref, torch.float32) + 2.0**-22 * (1 + g * g) * ref.abs()

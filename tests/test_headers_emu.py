@@ -32,6 +32,7 @@ WRAPPERS = [
     ("atomic_minmax", "headers_test::atomic_minmax"),
     ("vector_max", "headers_test::vector_max"),
     ("tile_abs", "headers_test::tile_abs"),
+    ("ieee_math", "headers_test::ieee_math"),
 ]
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -430,3 +431,75 @@ def test_tile_memory_tails(mod, dev, dtype, mode):
             mod.tile_abs(x.to(dev), out, mode, block)
             want = x.float().abs().to(dtype) if _is_fp8(dtype) else x.abs()
             assert_bitwise_equal(out, want, f"block={block}, n={n}")
+
+# ---------------------------------------------------------------------------------------------
+# ----- ieee math: exp_ieee, erf_ieee, erfc_ieee, tanh_ieee (math.cuh), against float64
+# ---------------------------------------------------------------------------------------------
+
+#: The bounds math.cuh's doc comments state, in fp32 ulps of the float64 value (units of 2**-149
+#: for subnormal values).
+IEEE_MAX_ULPS = {"exp": 1.0, "erf": 2.0, "erfc": 5.0, "tanh": 2.0}
+IEEE_REFS = {"exp": torch.exp, "erf": torch.erf, "erfc": torch.erfc, "tanh": torch.tanh}
+
+
+def _fp32_ulps(got: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|got - ref| in ulps of fp32 at ref (ref float64 and finite in fp32)."""
+    _, e = torch.frexp(ref.abs())
+    ulp = torch.where(ref.abs() < 2.0**-126, torch.full_like(ref, 2.0**-149), torch.ldexp(torch.ones_like(ref), e - 24))
+    return (got.double() - ref).abs() / ulp
+
+
+def _ieee_run(mod, dev, a: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = torch.full((4, a.numel()), 7.0, device=dev)
+    mod.ieee_math(a.to(dev), out)
+    out = out.cpu()
+    return dict(zip(IEEE_REFS, out))
+
+
+def _ieee_sweep() -> torch.Tensor:
+    """Dense sweeps over each function's interesting range (every polynomial piece and its
+    boundaries, the subnormal results of exp and erfc, the overflow of exp) and random values."""
+    g = torch.Generator().manual_seed(11)
+    parts = [torch.linspace(-104.0, 89.0, 120001), torch.linspace(-6.0, 11.0, 100001), torch.linspace(-1.0, 1.0, 20001),
+             torch.linspace(-1e-3, 1e-3, 2001), torch.linspace(88.5, 88.8, 2001), torch.linspace(-104.0, -87.0, 5001),
+             torch.randn(20000, generator=g) * 10]
+    for edge in (0.5, 0.625, 2.0, 10.06):  # both sides of every piece boundary, a few ulps apart
+        x = torch.tensor(edge).view(torch.int32) + torch.arange(-8, 9, dtype=torch.int32)
+        parts += [x.view(torch.float32), -x.view(torch.float32)]
+    return torch.cat(parts).float()
+
+
+def test_ieee_math_error_bounds(mod, dev):
+    a = _ieee_sweep()
+    got = _ieee_run(mod, dev, a)
+    for name, fn in IEEE_REFS.items():
+        ref = fn(a.double())
+        finite = ref.float().isfinite()
+        assert torch.equal(got[name][~finite], ref[~finite].float()), f"{name}: overflow to inf"
+        err = _fp32_ulps(got[name][finite], ref[finite])
+        worst = int(err.argmax())
+        assert float(err.max()) <= IEEE_MAX_ULPS[name], (
+            f"{name}: {float(err.max()):.3f} ulp at x = {a[finite][worst].item()!r}")
+        assert float(err.max()) > 0.0, f"{name}: exactly the float64 value everywhere: not the kernel's result"
+
+
+def test_ieee_math_special_values(mod, dev):
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([0.0, -0.0, inf, -inf, nan, 88.72283, 88.72284, -103.97, -103.98, -87.33655, 1e-30, -1e-30,
+                      1e-45, 20.0, -20.0, 10.0])
+    got = _ieee_run(mod, dev, a)
+    assert got["exp"][:5].tolist()[:4] == [1.0, 1.0, inf, 0.0] and got["exp"][4].isnan()
+    assert got["exp"][5].isfinite() and got["exp"][6] == inf, "exp overflows exactly past FLT_MAX"
+    assert got["exp"][7] > 0 and got["exp"][8] == 0, "exp underflows to 0 past half the smallest subnormal"
+    assert 0 < got["exp"][9] < 2.0**-126 * 1.01, "subnormal results"
+    for name in ("erf", "tanh"):  # odd, exact at 0 (signs kept), +-1 at infinity
+        v = got[name]
+        assert v[0].item() == 0.0 and not v[0].signbit() and v[1].item() == 0.0 and v[1].signbit(), name
+        assert v[2].item() == 1.0 and v[3].item() == -1.0 and v[4].isnan(), name
+        assert torch.equal(v[11], -v[10]) and v[13].item() == 1.0 and v[14].item() == -1.0, name
+    assert got["tanh"][10].item() == a[10].item(), "tanh(x) = x for tiny x"
+    tiny_erf = float(_fp32_ulps(got["erf"][10:11], torch.erf(a[10:11].double())))
+    assert tiny_erf <= 1.0, "erf(x) = 2x / sqrt(pi) for tiny x"
+    erfc = got["erfc"]
+    assert erfc[0].item() == 1.0 and erfc[2].item() == 0.0 and erfc[3].item() == 2.0 and erfc[4].isnan()
+    assert erfc[13].item() == 0.0 and 0.0 < erfc[15].item() < 2.0**-126, "erfc(10) is subnormal, erfc(20) is 0"

@@ -22,9 +22,13 @@ HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"
 #: The kernel each CUDA file under kernkit/kernels belongs to. A new file with a ``__global__``
 #: kernel must be added here and get cases in tools/kernel_hashes.py.
 KERNEL_FILES = {
+    "activation/act_and_mul.cuh": "act_and_mul",
+    "norm/rmsnorm.cuh": "rmsnorm",
+    "quant/per_token_fp8.cuh": "per_token_quant_fp8",
     "elementwise/scale.cuh": "scale",
     "embedding/indexing.cuh": "indexing",
     "kvcache/store_kv.cuh": "store_cache",
+    "rope/rotary.cuh": "rotary_embedding",
 }
 
 

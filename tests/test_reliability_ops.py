@@ -1,4 +1,5 @@
-"""Invalid calls, generated: every op (store_cache, indexing, scale, compare_key) gets calls with
+"""Invalid calls, generated: every op (store_cache, indexing, scale, compare_key,
+per_token_quant_fp8) gets calls with
 one bad argument each -- a wrong dtype (the caches' dtype against K/V's, float, bool and narrow
 index tensors), a wrong rank, shapes that disagree between K/V/caches/indices/out, rows that are
 not contiguous (transposed heads, a stride in the last dimension), caches or outputs whose rows
@@ -654,6 +655,636 @@ def test_scale_valid_views_give_the_reference(p):
     got = ops.scale(**args)
     assert got.shape == (args["out"].shape if args["out"] is not None else src.shape)
     assert torch.equal(got.reshape(-1).view(torch.uint8), expect.reshape(-1).view(torch.uint8))
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- per_token_quant_fp8
+
+QUANT_DTYPES = [bf16, fp32]  # two of the three builds, all of hidden QUANT_HIDDEN; fp16 is the same template
+QUANT_HIDDEN = 32
+fp8 = torch.float8_e4m3fn
+
+
+@st.composite
+def quant_params(draw):
+    return dict(
+        dtype=draw(st.sampled_from(QUANT_DTYPES)),
+        tokens=draw(st.sampled_from([0, 1, 3, 7])),
+        x_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
+        out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def quant_args(a: Arena, p: dict) -> dict:
+    shape = (p["tokens"], QUANT_HIDDEN)
+    x = a.tensor(shape, p["dtype"], p["x_layout"])
+    rows = x[:1] if p["x_layout"] == "expand" else x  # every row of an expanded x is row 0
+    rows.copy_(torch.randn(rows.shape, generator=a.gen).to(p["dtype"]))  # no NaN bit patterns
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    out = None if p["out"] is None else a.tensor(shape, fp8, p["out"])
+    return dict(x=x, out=out)
+
+
+def _quant_shape(p):
+    return (p["tokens"], QUANT_HIDDEN)
+
+
+QUANT_BAD = [
+    Bad("x", "dtype", TypeError,
+        lambda a, p, d: a.tensor(_quant_shape(p), d.draw(st.sampled_from(
+            [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64, fp8])))),
+    Bad("x", "0-d", ValueError, lambda a, p, d: a.tensor((), p["dtype"])),
+    Bad("x", "hidden size 0", ValueError, lambda a, p, d: a.tensor((max(p["tokens"], 1), 0), p["dtype"])),
+    Bad("x", "step 2 in the last dimension", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 1), QUANT_HIDDEN), p["dtype"], "step2")),
+    Bad("x", "transposed", ValueError,
+        lambda a, p, d: a.tensor((QUANT_HIDDEN, max(p["tokens"], 2)), p["dtype"]).t()),
+    Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_quant_shape(p), p["dtype"])),
+    Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 2.0]], 2.0]))),
+    Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_quant_shape(p), p["dtype"]))),
+    Bad("out", "dtype", TypeError,
+        lambda a, p, d: a.tensor(_quant_shape(p), d.draw(st.sampled_from(
+            [p["dtype"], fp16, torch.uint8, torch.int8, torch.float8_e5m2])))),
+    Bad("out", "other rows", ValueError,
+        lambda a, p, d: a.tensor((p["tokens"] + d.draw(st.sampled_from([1, 5])), QUANT_HIDDEN), fp8)),
+    Bad("out", "other hidden size", ValueError,
+        lambda a, p, d: a.tensor((p["tokens"], QUANT_HIDDEN + d.draw(st.sampled_from([-1, 1, 32]))), fp8)),
+    Bad("out", "other rank, same elements", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["tokens"] * QUANT_HIDDEN,), (p["tokens"], 2, 16)])), fp8)),
+    Bad("out", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 2), QUANT_HIDDEN), fp8,
+                                 d.draw(st.sampled_from(["step2", "padded"])))),
+    Bad("out", "transposed", ValueError, lambda a, p, d: a.tensor((QUANT_HIDDEN, max(p["tokens"], 2)), fp8).t()),
+    Bad("out", "stride 0 (expand)", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 2), QUANT_HIDDEN), fp8, "expand")),
+    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(_quant_shape(p), fp8)),
+    Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_quant_shape(p), fp8))),
+    Bad("out", "requires grad", RuntimeError,
+        requires_grad(lambda a, p, d: a.tensor(_quant_shape(p), fp8))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_quant_shape(p), fp8)),
+    Bad("out", f"{SHARED}: x's bytes", ValueError,
+        lambda a, p, d: a.alias(p["args"]["x"], _quant_shape(p), fp8, d.draw(st.sampled_from([0, 1, 17])))),
+]
+
+
+@pytest.mark.parametrize("bad", QUANT_BAD, ids=bad_id)
+@invalid_settings(QUANT_BAD)
+@given(p=quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what.startswith(SHARED):
+        p = dict(p, tokens=7, x_layout="contiguous")  # bytes to share
+    args = quant_args(a, p)
+    value = bad.make(a, dict(p, args=args), d)
+    if bad.arg == "out" and bad.what in ("non-contiguous", "transposed", "stride 0 (expand)"):
+        args["x"] = a.tensor(value.shape, p["dtype"])  # the same shape, contiguous: only out is wrong
+        args["x"].copy_(torch.randn(value.shape, generator=a.gen).to(p["dtype"]))
+        a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    if bad.arg == "x" and args["out"] is not None and isinstance(value, torch.Tensor) and value.dim() == 2:
+        args["out"] = a.tensor(value.shape, fp8)  # matching sizes: only x is wrong
+    args[bad.arg] = value
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
+        if args["out"] is None:
+            check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8(args["x"]), a, bad)
+        else:
+            check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8_out(args["out"], args["x"]), a, bad)
+    else:
+        check_invalid(lambda: ops.per_token_quant_fp8(**args), a, bad)
+
+
+@VALID
+@given(p=quant_params())
+def test_per_token_quant_fp8_valid_views_give_the_reference(p):
+    """Misaligned starts and row strides (the scalar variant), repeated rows (stride 0: x is only
+    read), no rows, a misaligned ``out``: the reference's bytes, and nothing else written."""
+    a = Arena.seeded(p["seed"])
+    args = quant_args(a, p)
+    want = a.copies()
+    want_q, want_scales = reference.per_token_quant_fp8(args["x"])
+    if args["out"] is not None:
+        a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
+    q, scales = ops.per_token_quant_fp8(**args)
+    if args["out"] is not None:
+        assert q is args["out"]
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- rotary_embedding
+
+#: (dtype, head_dim, rot_dim, is_neox): two of the builds tests/test_rope.py makes.
+ROPE_SPECS = [(bf16, 128, 128, True), (fp32, 64, 32, False)]
+ROPE_NEEDS_TWO_TOKENS = ("overlapping heads (expand)",)
+
+
+@st.composite
+def rope_params(draw):
+    dtype, head_dim, rot_dim, is_neox = draw(st.sampled_from(ROPE_SPECS))
+    return dict(
+        dtype=dtype, head_dim=head_dim, rot_dim=rot_dim, is_neox=is_neox,
+        n=draw(st.sampled_from([0, 1, 3, 9])),
+        q_heads=draw(st.sampled_from([1, 2, 3])),
+        k_heads=draw(st.sampled_from([1, 2])),
+        q_rank=draw(st.sampled_from([2, 3])),
+        k_rank=draw(st.sampled_from([2, 3])),
+        q_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+        k_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+        pos_dtype=draw(st.sampled_from([i32, i64])),
+        cache_dtype=draw(st.sampled_from(["fp32", "q"])),
+        cache_layout=draw(st.sampled_from(["contiguous", "offset"])),
+        max_pos=draw(st.sampled_from([1, 8, 40])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def _rope_shape(p: dict, heads: int, rank: int, n: int | None = None) -> tuple[int, ...]:
+    n = p["n"] if n is None else n
+    return (n, heads * p["head_dim"]) if rank == 2 else (n, heads, p["head_dim"])
+
+
+def _filled(a: Arena, t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``t`` holding ``values``, remembered as its buffer's original bytes."""
+    t.copy_(values)
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    return t
+
+
+def rope_args(a: Arena, p: dict) -> dict:
+    dt, n, mp = p["dtype"], p["n"], p["max_pos"]
+    out = {}
+    for name, heads, rank, layout in (("q", p["q_heads"], p["q_rank"], p["q_layout"]),
+                                      ("k", p["k_heads"], p["k_rank"], p["k_layout"])):
+        shape = _rope_shape(p, heads, rank)
+        out[name] = _filled(a, a.tensor(shape, dt, layout), torch.randn(shape, generator=a.gen).to(dt))
+    values = torch.randint(0, mp, (n,), generator=a.gen).tolist()
+    bad = [-1, mp, 2**31 - 1, -(2**31)] + ([2**32 + 1, -(2**32), 2**40] if p["pos_dtype"] == i64 else [])
+    for i in range(0, n, 3):  # positions the kernel must skip
+        values[i] = bad[i // 3 % len(bad)]
+    positions = _filled(a, a.tensor((n,), p["pos_dtype"]), torch.tensor(values, dtype=p["pos_dtype"]))
+    cache_dtype = fp32 if p["cache_dtype"] == "fp32" else dt
+    cache = _filled(a, a.tensor((mp, p["rot_dim"]), cache_dtype, p["cache_layout"]),
+                    (torch.rand(mp, p["rot_dim"], generator=a.gen) * 2 - 1).to(cache_dtype))
+    return dict(positions=positions, q=out["q"], k=out["k"], cos_sin_cache=cache, is_neox=p["is_neox"],
+                head_dim=p["head_dim"])
+
+
+def _rope_other_float(p: dict) -> torch.dtype:
+    return fp16 if p["dtype"] != fp16 else bf16
+
+
+def _rope_heads_bad(arg: str) -> list[Bad]:
+    heads, rank = f"{arg}_heads", f"{arg}_rank"
+
+    def shape(p, n=None):
+        return _rope_shape(p, p[heads], p[rank], n)
+
+    out = [
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"] * p["head_dim"],), (p["n"], 1, 2, p["head_dim"]),
+                                                             ()])), p["dtype"])),
+        Bad(arg, "tokens differ", ValueError, lambda a, p, d: a.tensor(shape(p, p["n"] + 1), p["dtype"])),
+        Bad(arg, "row not whole heads", ValueError,
+            lambda a, p, d: a.tensor((p["n"], p[heads] * p["head_dim"] + d.draw(st.sampled_from([2, -2]))),
+                                     p["dtype"])),
+        Bad(arg, "head_dim differs (3-d)", ValueError,
+            lambda a, p, d: a.tensor((p["n"], p[heads], p["head_dim"] * d.draw(st.sampled_from([2, 3]))),
+                                     p["dtype"])),
+        Bad(arg, "no heads", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 0), (p["n"], 0, p["head_dim"])])), p["dtype"])),
+        Bad(arg, "non-contiguous head_dim", ValueError,  # transposed: heads and head_dim swapped, 2 heads or more
+            lambda a, p, d: a.tensor(_rope_shape(p, max(p[heads], 2), p[rank]), p["dtype"],
+                                     d.draw(st.sampled_from(["step2", "transposed"])))),
+        Bad(arg, "overlapping heads (expand)", ValueError,
+            lambda a, p, d: a.tensor(shape(p), p["dtype"], "expand")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta(shape(p), p["dtype"])),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 3, [[0.0] * 4]]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(shape(p), p["dtype"]))),
+        Bad(arg, "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(shape(p), p["dtype"]))),
+        Bad(arg, "inference tensor", RuntimeError, lambda a, p, d: a.inference(shape(p), p["dtype"])),
+    ]
+    if arg == "q":  # q's dtype picks the build: a float dtype would be another build, then 'k' is named
+        out.append(Bad(arg, "unsupported dtype", TypeError,
+                       lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
+                           [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64])))))
+    else:
+        out.append(Bad(arg, "dtype unlike q's", TypeError,
+                       lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
+                           [_rope_other_float(p), torch.int32, torch.float64])))))
+    return out
+
+
+ROPE_BAD = _rope_heads_bad("q") + _rope_heads_bad("k") + [
+    Bad("positions", "dtype", TypeError,
+        lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
+    Bad("positions", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 1), (1, p["n"]), ()])), p["pos_dtype"])),
+    Bad("positions", "tokens differ", ValueError,
+        lambda a, p, d: a.tensor((p["n"] + d.draw(st.sampled_from([1, 2])),), p["pos_dtype"])),
+    Bad("positions", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((p["n"],), p["pos_dtype"], "step2") if p["n"] > 1 else
+        a.tensor((2,), p["pos_dtype"], "step2")),
+    Bad("positions", "meta tensor", ValueError, lambda a, p, d: meta((p["n"],), p["pos_dtype"])),
+    Bad("positions", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [0, 1], 2]))),
+    Bad("positions", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"],), p["pos_dtype"]))),
+    Bad("cos_sin_cache", "dtype", TypeError,
+        lambda a, p, d: a.tensor((p["max_pos"], p["rot_dim"]), d.draw(st.sampled_from(
+            [_rope_other_float(p), torch.float64, torch.int32])))),
+    Bad("cos_sin_cache", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["max_pos"] * p["rot_dim"],),
+                                                          (p["max_pos"], 2, p["rot_dim"]), ()])), fp32)),
+    Bad("cos_sin_cache", "odd or empty rot_dim", ValueError,
+        lambda a, p, d: a.tensor((p["max_pos"], d.draw(st.sampled_from([p["rot_dim"] - 1, 0]))), fp32)),
+    Bad("cos_sin_cache", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((p["max_pos"], p["rot_dim"]), fp32, d.draw(st.sampled_from(["step2", "padded"])))
+        if p["max_pos"] > 1 else a.tensor((2, p["rot_dim"]), fp32, "step2")),
+    Bad("cos_sin_cache", "meta tensor", ValueError, lambda a, p, d: meta((p["max_pos"], p["rot_dim"]), fp32)),
+    Bad("cos_sin_cache", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 0.0]]]))),
+    Bad("cos_sin_cache", "negative bit", ValueError,
+        neg_bit(lambda a, p, d: a.tensor((p["max_pos"], p["rot_dim"]), fp32))),
+    Bad("head_dim", "below rot_dim", ValueError, lambda a, p, d: p["rot_dim"] - d.draw(st.sampled_from([2, 8]))),
+    Bad("head_dim", "not an int", TypeError, lambda a, p, d: d.draw(st.sampled_from(["64", 64.0, 2**64]))),
+    Bad("is_neox", "not a bool", TypeError, lambda a, p, d: d.draw(st.sampled_from(["yes", None, 2.5]))),
+    Bad("k", f"{SHARED}: bytes of q", ValueError,
+        lambda a, p, d: a.alias(p["args"]["q"], _rope_shape(p, 1, p["k_rank"]), p["dtype"],
+                                d.draw(st.sampled_from([0, 1, -1, 8])))),
+    Bad("q", f"{SHARED}: bytes of the cache", ValueError,
+        lambda a, p, d: a.alias(p["args"]["cos_sin_cache"], _rope_shape(p, 1, p["q_rank"]), p["dtype"])),
+    Bad("positions", f"{SHARED}: bytes of k", ValueError,
+        lambda a, p, d: a.alias(p["args"]["k"], (p["n"],), p["pos_dtype"])),
+]
+
+
+@pytest.mark.parametrize("bad", ROPE_BAD, ids=bad_id)
+@invalid_settings(ROPE_BAD)
+@given(p=rope_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_rotary_embedding_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what in ROPE_NEEDS_TWO_TOKENS:
+        p = dict(p, n=max(p["n"], 2))
+    if bad.what.startswith(SHARED):  # something to share: one head of 3 tokens, a 40-row cache
+        p = dict(p, n=3, q_heads=1, k_heads=1, max_pos=40)
+    if bad.arg == "head_dim" and bad.what == "below rot_dim":
+        p = dict(p, q_rank=2, k_rank=2)  # 3-d heads would be named by their head_dim first
+    args = rope_args(a, p)
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not an int", "not a bool",
+                                                "negative bit"):
+        check_invalid(lambda: torch.ops.kernkit.rotary_embedding(
+            args["positions"], args["q"], args["k"], args["cos_sin_cache"], args["is_neox"],
+            head_dim=args["head_dim"]), a, bad)
+    else:
+        check_invalid(lambda: ops.rotary_embedding(**args), a, bad)
+
+
+@VALID
+@given(p=rope_params())
+def test_rotary_embedding_valid_views_give_the_reference_bytes(p):
+    """Misaligned and padded q/k (2-d and 3-d), misaligned caches of fp32 or q's dtype, out-of-range
+    positions (int64 ones with in-range low bits), n == 0: every buffer matches the reference."""
+    a = Arena.seeded(p["seed"])
+    args = rope_args(a, p)
+    want = a.copies()
+    reference.rotary_embedding(args["positions"], a.twin(args["q"], want), a.twin(args["k"], want),
+                               args["cos_sin_cache"], p["is_neox"], p["head_dim"])
+    assert ops.rotary_embedding(**args) is None
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- rmsnorm (rmsnorm and fused_add_rmsnorm)
+
+NORM_HIDDEN = 128  # fp16 x 128: one build (groups of 4 lanes); the bad dtypes never reach a build
+
+
+@st.composite
+def norm_params(draw):
+    return dict(
+        lead=draw(st.sampled_from([(0,), (1,), (3,), (2, 5), ()])),
+        x_layout=draw(st.sampled_from(["contiguous", "wide"])),
+        other_layout=draw(st.sampled_from(["contiguous", "wide"])),  # out or residual
+        has_out=draw(st.booleans()),
+        eps=draw(st.sampled_from([1e-6, 1e-2, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def norm_rows(a: Arena, lead: tuple, layout: str, dtype: torch.dtype = fp16, values: bool = True) -> torch.Tensor:
+    """A ``[*lead, NORM_HIDDEN]`` tensor: contiguous, or (``wide``) the first half of the rows of
+    a tensor twice as wide (16-byte aligned strided rows). With ``values`` it holds normal
+    numbers (no NaN bit patterns) and the arena remembers them."""
+    if layout == "wide":
+        t = a.tensor((*lead, 2 * NORM_HIDDEN), dtype)[..., :NORM_HIDDEN]
+    else:
+        t = a.tensor((*lead, NORM_HIDDEN), dtype)
+    if values and dtype.is_floating_point and dtype.itemsize > 1:
+        t.copy_(torch.randn(t.shape, generator=a.gen).to(dtype))
+        a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    return t
+
+
+def norm_args(a: Arena, p: dict, fused: bool) -> dict:
+    x = norm_rows(a, p["lead"], p["x_layout"])
+    weight = norm_rows(a, (), "contiguous")
+    if fused:
+        return dict(x=x, residual=norm_rows(a, p["lead"], p["other_layout"]), weight=weight, eps=p["eps"])
+    out = norm_rows(a, p["lead"], p["other_layout"], values=False) if p["has_out"] else None
+    return dict(x=x, weight=weight, eps=p["eps"], out=out)
+
+
+def _norm_shape(p):
+    return (*p["lead"], NORM_HIDDEN)
+
+
+def _norm_bad(fused: bool) -> list[Bad]:
+    H = NORM_HIDDEN
+    out: list[Bad] = [
+        Bad("x", "unsupported dtype", TypeError,
+            lambda a, p, d: a.tensor(_norm_shape(p), d.draw(st.sampled_from(
+                [torch.int32, torch.int16, torch.bool, torch.float64, torch.float8_e4m3fn])))),
+        Bad("x", "hidden without a kernel", ValueError,
+            lambda a, p, d: a.tensor((*p["lead"], d.draw(st.sampled_from([100, 6, 0, 2**18]))), fp16)),
+        Bad("x", "0-d", ValueError, lambda a, p, d: a.tensor((), fp16)),
+        Bad("x", "strided last dimension", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "step2")),
+        Bad("x", "misaligned start", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "offset")),
+        Bad("x", "misaligned row stride", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "padded")),
+        Bad("x", "leading dimensions do not collapse", ValueError,
+            lambda a, p, d: a.tensor((3, 2, H), fp16).transpose(0, 1)),
+        Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_norm_shape(p), fp16)),
+        Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0] * H], 2.0]))),
+        Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, p["lead"], p["x_layout"]))),
+        Bad("weight", "dtype", TypeError,
+            lambda a, p, d: a.tensor((H,), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad("weight", "shape", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(H // 2,), (H + 8,), (1, H), (2, H), ()])), fp16)),
+        Bad("weight", "non-contiguous", ValueError, lambda a, p, d: a.tensor((H,), fp16, "step2")),
+        Bad("weight", "misaligned start", ValueError, lambda a, p, d: a.tensor((H,), fp16, "offset")),
+        Bad("weight", "meta tensor", ValueError, lambda a, p, d: meta((H,), fp16)),
+        Bad("weight", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1.0] * H, 1.0]))),
+        Bad("weight", "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, (), "contiguous"))),
+        Bad("eps", "negative or not finite", ValueError,
+            lambda a, p, d: d.draw(st.sampled_from([-1e-6, -1.0, float("nan"), float("inf"), 1e300]))),
+        Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-6", None, [1e-6], 1j]))),
+    ]
+    other = "residual" if fused else "out"
+    written = "x" if fused else "out"  # weight may share bytes with what is only read
+    out.append(Bad("weight", f"{SHARED}: bytes of {written}", ValueError,
+                   lambda a, p, d: a.alias(p["args"][written], (H,), fp16, d.draw(st.sampled_from([0, 8, 64])))))
+    out += [
+        Bad(other, "dtype", TypeError,
+            lambda a, p, d: a.tensor(_norm_shape(p), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad(other, "shape differs", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(4, 7, H), (H,), (1, 3, H) if p["lead"] != (1, 3) else (3, H)])),
+                                     fp16)),
+        Bad(other, "overlapping rows (expand)", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "expand")),
+        Bad(other, "strided last dimension", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "step2")),
+        Bad(other, "misaligned start", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "offset")),
+        Bad(other, "meta tensor", ValueError, lambda a, p, d: meta(_norm_shape(p), fp16)),
+        Bad(other, "not a tensor", TypeError, lambda a, p, d: [[0.0] * H]),
+        Bad(other, "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, p["lead"], "contiguous"))),
+        Bad(other, "requires grad", RuntimeError, requires_grad(lambda a, p, d: norm_rows(a, p["lead"], "contiguous"))),
+        Bad(other, "inference tensor", RuntimeError, lambda a, p, d: a.inference(_norm_shape(p), fp16)),
+        Bad(other, f"{SHARED}: x shifted", ValueError,
+            lambda a, p, d: a.alias(p["args"]["x"], _norm_shape(p), fp16, d.draw(st.sampled_from([0, 8, -8, 24])))),
+    ]
+    if fused:  # x is written too
+        out += [
+            Bad("x", "overlapping rows (expand)", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "expand")),
+            Bad("x", "requires grad", RuntimeError,
+                requires_grad(lambda a, p, d: norm_rows(a, p["lead"], p["x_layout"]))),
+            Bad("x", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_norm_shape(p), fp16)),
+        ]
+    return out
+
+
+RMSNORM_BAD = _norm_bad(False)
+FUSED_NORM_BAD = _norm_bad(True)
+
+#: The bad kinds that replace x with a tensor of another shape: the other row tensor follows it.
+_NORM_RESHAPING = ("strided last dimension", "misaligned start", "misaligned row stride",
+                   "leading dimensions do not collapse", "overlapping rows (expand)")
+
+
+def _norm_call(args: dict, fused: bool, bad: Bad, a: Arena, via: str) -> None:
+    custom = via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number", "negative bit")
+    if fused:
+        op = torch.ops.kernkit.fused_add_rmsnorm if custom else ops.fused_add_rmsnorm
+        check_invalid(lambda: op(args["x"], args["residual"], args["weight"], args["eps"]), a, bad)
+    elif not custom:
+        check_invalid(lambda: ops.rmsnorm(**args), a, bad)
+    elif args["out"] is None:
+        check_invalid(lambda: torch.ops.kernkit.rmsnorm(args["x"], args["weight"], args["eps"]), a, bad)
+    else:
+        check_invalid(lambda: torch.ops.kernkit.rmsnorm_out(args["out"], args["x"], args["weight"], args["eps"]), a,
+                      bad)
+
+
+def _norm_invalid(bad: Bad, p: dict, via: str, d, fused: bool) -> None:
+    a = Arena.seeded(p["seed"])
+    other = "residual" if fused else "out"
+    if bad.what.startswith(SHARED):
+        p = dict(p, lead=(3,), x_layout="contiguous", other_layout="contiguous", has_out=True)  # rows to share
+    if bad.arg == other or (not fused and bad.arg == "out"):
+        p = dict(p, has_out=True)
+    args = norm_args(a, p, fused)
+    value = bad.make(a, dict(p, args=args), d)
+    if bad.arg == "x" and bad.what in _NORM_RESHAPING:
+        args[other] = a.tensor(value.shape, fp16) if fused or args["out"] is not None else None
+    if bad.arg == other and bad.what in _NORM_RESHAPING:
+        args["x"] = a.tensor(value.shape, fp16)  # x of the same shape: only the layout is wrong
+    args[bad.arg] = value
+    _norm_call(args, fused, bad, a, via)
+
+
+@pytest.mark.parametrize("bad", RMSNORM_BAD, ids=bad_id)
+@invalid_settings(RMSNORM_BAD)
+@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_rmsnorm_rejects_invalid_calls(bad, p, via, d):
+    _norm_invalid(bad, p, via, d, False)
+
+
+@pytest.mark.parametrize("bad", FUSED_NORM_BAD, ids=bad_id)
+@invalid_settings(FUSED_NORM_BAD)
+@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_fused_add_rmsnorm_rejects_invalid_calls(bad, p, via, d):
+    _norm_invalid(bad, p, via, d, True)
+
+
+def _norm_twin(a: Arena, t: torch.Tensor | None, copies: list[torch.Tensor]) -> torch.Tensor | None:
+    """``t`` over ``copies``: an arena tensor, or the ``[..., :NORM_HIDDEN]`` slice of one."""
+    if t is None:
+        return None
+    base = a.twin(t, copies)
+    if base is not t:
+        return base
+    i = next(i for i, (b, _) in enumerate(a.bufs) if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
+    return copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+@VALID
+@given(p=norm_params(), fused=st.booleans())
+def test_norm_valid_views_give_the_reference_bytes(p, fused):
+    """Strided (16-byte aligned) rows in and out, 1-d, empty and 3-d inputs, eps of several
+    sizes: the bytes of the kernel-order reference (``reference.rmsnorm``), every other byte of
+    every buffer (row padding, guards) unchanged."""
+    a = Arena.seeded(p["seed"])
+    args = norm_args(a, p, fused)
+    want = a.copies()
+    tw = {k: _norm_twin(a, v, want) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    if fused:
+        reference.fused_add_rmsnorm(tw["x"], tw["residual"], tw["weight"], p["eps"])
+        assert ops.fused_add_rmsnorm(**args) is None
+    else:
+        expect = tw["out"] if tw["out"] is not None else torch.empty(_norm_shape(p), dtype=fp16)
+        reference.rmsnorm(expect, tw["x"], tw["weight"], p["eps"])
+        got = ops.rmsnorm(**args)
+        assert got.shape == expect.shape
+        if args["out"] is not None:
+            assert got is args["out"]
+        assert torch.equal(got.contiguous().view(torch.uint8), expect.contiguous().view(torch.uint8))
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- silu_and_mul, gelu_and_mul
+
+ACT_D = 8  # x rows of 2 * 8; bf16 and fp32 builds of silu and gelu (erf): four builds
+
+
+@st.composite
+def act_params(draw):
+    lead = draw(st.sampled_from([(), (0,), (1,), (3,), (2, 3)]))
+    return dict(
+        op=draw(st.sampled_from(["silu", "gelu"])),
+        dtype=draw(st.sampled_from([bf16, fp32])),
+        lead=lead,
+        d=draw(st.sampled_from([ACT_D, 3])),  # 3: the scalar variant
+        # padded rows (a misaligned row stride) for 2-d x only: the rows of 3-d x must be evenly spaced
+        x_layout=draw(st.sampled_from(["contiguous", "offset", "padded"][: 3 if len(lead) == 1 else 2])),
+        out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def act_args(a: Arena, p: dict) -> dict:
+    x = a.tensor((*p["lead"], 2 * p["d"]), p["dtype"], p["x_layout"])
+    x.copy_(torch.randn(x.shape, generator=a.gen).to(p["dtype"]))  # no NaN bit patterns
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    out = None if p["out"] is None else a.tensor((*p["lead"], p["d"]), p["dtype"], p["out"])
+    args = dict(x=x, out=out)
+    if p["op"] == "gelu":
+        args["approximate"] = "none"
+    return args
+
+
+def _act_out_shape(p):
+    return (*p["lead"], p["d"])
+
+
+ACT_BAD = [
+    Bad("x", "unsupported dtype", TypeError,
+        lambda a, p, d: a.tensor((*p["lead"], 2 * p["d"]), d.draw(st.sampled_from(
+            [torch.int32, torch.int16, torch.bool, torch.float64, torch.float8_e4m3fn])))),
+    Bad("x", "odd last dimension", ValueError,
+        lambda a, p, d: a.tensor((*p["lead"], d.draw(st.sampled_from([1, 2 * p["d"] + 1]))), p["dtype"])),
+    Bad("x", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(), (2, 1, 3, 2 * p["d"])])), p["dtype"])),
+    Bad("x", "strided last dimension", ValueError, lambda a, p, d: a.tensor((3, 2 * p["d"]), p["dtype"], "step2")),
+    Bad("x", "rows not evenly spaced", ValueError,
+        lambda a, p, d: a.tensor((3, 2, 2 * p["d"]), p["dtype"]).transpose(0, 1)),
+    Bad("x", "meta tensor", ValueError, lambda a, p, d: meta((*p["lead"], 2 * p["d"]), p["dtype"])),
+    Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0] * 16], 2.0]))),
+    Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((*p["lead"], 2 * p["d"]), p["dtype"]))),
+    Bad("out", "dtype", TypeError,
+        lambda a, p, d: a.tensor(_act_out_shape(p), d.draw(st.sampled_from(
+            [bf16 if p["dtype"] == fp32 else fp32, fp16, torch.int32, torch.bool])))),
+    Bad("out", "last dimension", ValueError,
+        lambda a, p, d: a.tensor((*p["lead"], d.draw(st.sampled_from([p["d"] + 1, 2 * p["d"], p["d"] - 1]))),
+                                 p["dtype"])),
+    Bad("out", "leading dimensions", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(5, p["d"]), (1, 1, 1, p["d"])]))
+                                 if p["lead"] not in ((5,),) else (4, p["d"]), p["dtype"])),
+    Bad("out", "non-contiguous", ValueError, lambda a, p, d: a.tensor((3, p["d"]), p["dtype"], "step2")),
+    Bad("out", "overlapping rows (expand)", ValueError, lambda a, p, d: a.tensor((3, p["d"]), p["dtype"], "expand")),
+    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(_act_out_shape(p), p["dtype"])),
+    Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_act_out_shape(p), p["dtype"]))),
+    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(_act_out_shape(p), p["dtype"]))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_act_out_shape(p), p["dtype"])),
+    Bad("out", f"{SHARED}: x shifted", ValueError,
+        lambda a, p, d: a.alias(p["args"]["x"], _act_out_shape(p), p["dtype"], d.draw(st.sampled_from([0, 1, -1, 5])))),
+    Bad("approximate", "unknown", ValueError, lambda a, p, d: d.draw(st.sampled_from(["erf", "", "TANH", "exact"]))),
+    Bad("approximate", "not a string", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 1, ["tanh"], True]))),
+]
+
+#: The bad kinds that replace x or out with a tensor of another shape: the other one follows it.
+_ACT_RESHAPING = ("strided last dimension", "rows not evenly spaced", "non-contiguous", "overlapping rows (expand)")
+
+
+def _act_call(args: dict, p: dict, bad: Bad, a: Arena, via: str) -> None:
+    custom = via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit", "not a string")
+    if p["op"] == "silu":
+        if not custom:
+            check_invalid(lambda: ops.silu_and_mul(**args), a, bad)
+        elif args["out"] is None:
+            check_invalid(lambda: torch.ops.kernkit.silu_and_mul(args["x"]), a, bad)
+        else:
+            check_invalid(lambda: torch.ops.kernkit.silu_and_mul_out(args["out"], args["x"]), a, bad)
+    elif not custom:
+        check_invalid(lambda: ops.gelu_and_mul(**args), a, bad)
+    elif args["out"] is None:
+        check_invalid(lambda: torch.ops.kernkit.gelu_and_mul(args["x"], args["approximate"]), a, bad)
+    else:
+        check_invalid(lambda: torch.ops.kernkit.gelu_and_mul_out(args["out"], args["x"], args["approximate"]), a, bad)
+
+
+@pytest.mark.parametrize("bad", ACT_BAD, ids=bad_id)
+@invalid_settings(ACT_BAD)
+@given(p=act_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_act_and_mul_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.arg == "approximate":
+        p = dict(p, op="gelu")
+    if bad.arg == "out" or bad.what.startswith(SHARED):
+        p = dict(p, out="contiguous")
+    if bad.what.startswith(SHARED):
+        p = dict(p, lead=(3,), x_layout="contiguous")  # elements to share
+    if bad.arg == "out" and bad.what == "leading dimensions" and p["lead"] == ():
+        p = dict(p, lead=(3,))
+    args = act_args(a, p)
+    value = bad.make(a, dict(p, args=args), d)
+    if bad.arg == "x" and bad.what in _ACT_RESHAPING and args["out"] is not None:
+        args["out"] = a.tensor((*value.shape[:-1], p["d"]), p["dtype"])  # matching: only x's layout is wrong
+    if bad.arg == "out" and bad.what in _ACT_RESHAPING:
+        args["x"] = a.tensor((*value.shape[:-1], 2 * p["d"]), p["dtype"])
+    args[bad.arg] = value
+    if args["out"] is None and claims_huge(args["x"]):
+        check_unallocatable(lambda: ops.silu_and_mul(args["x"]), a)
+    else:
+        _act_call(args, p, bad, a, via)
+
+
+@VALID
+@given(p=act_params())
+def test_act_and_mul_valid_views_are_within_tolerance(p):
+    """Misaligned starts and row strides (the scalar variant), 1-d, empty and 3-d inputs, out
+    given or not: within the documented tolerance of the float64 result, and no byte outside
+    out written."""
+    a = Arena.seeded(p["seed"])
+    args = act_args(a, p)
+    want = a.copies()
+    activation = p["op"]
+    got = ops.silu_and_mul(**args) if activation == "silu" else ops.gelu_and_mul(**args)
+    assert got.shape == _act_out_shape(p) and got.dtype == p["dtype"]
+    ref = reference.act_and_mul(args["x"], activation)
+    assert bool(((got.double() - ref).abs() <= reference.act_and_mul_bound(args["x"], ref, activation)).all())
+    if args["out"] is not None:
+        assert got is args["out"]
+        a.twin(args["out"], want).copy_(got)  # the only bytes the call may change
     assert a.same_as(want)
 
 

@@ -24,6 +24,7 @@ import argparse
 import datetime
 import hashlib
 import json
+import math
 import platform
 import sys
 import zlib
@@ -253,6 +254,346 @@ def scale_case(dtype: torch.dtype, n: int, factor: float, *, offset: int = 0, ou
 
 
 # --------------------------------------------------------------------------------------------
+# ----- per_token_quant_fp8
+
+
+def quant_input(dtype: torch.dtype, tokens: int, width: int, gen: torch.Generator) -> torch.Tensor:
+    """Normal rows, each of its own magnitude; where there are rows enough, a zero row, a row of
+    -0.0, a row holding the dtype's largest finite value and one holding subnormals. No NaN and
+    no infinity: either makes a NaN, whose sign the GPU and the CPU choose differently."""
+    span = 10 if dtype == torch.float16 else 20  # fp16 overflows past 65504
+    mag = torch.exp2(torch.randint(-span, span + 1, (tokens, 1), generator=gen).float())
+    x = (torch.randn(tokens, width, generator=gen) * mag).to(dtype)
+    fi = torch.finfo(dtype)
+    specials = [0.0, -0.0, None, None]
+    for i, value in enumerate(specials[: max(0, tokens - 1)]):
+        if value is not None:
+            x[i + 1] = value
+    if tokens > 3:
+        x[3, width // 2] = -fi.max
+    if tokens > 4:
+        x[4] = x[4].float().mul(fi.tiny).to(dtype)
+    if not torch.isfinite(x).all():
+        raise AssertionError("per_token_quant_fp8 inputs must be finite")
+    return x
+
+
+def quant_case(dtype: torch.dtype, hidden: int, tokens: int, *, row_pad: int = 0, offset: int = 0,
+               out_view: bool = False) -> Case:
+    """``per_token_quant_fp8`` of ``tokens`` rows of ``hidden``. ``row_pad``/``offset``: the rows
+    are ``x[:, offset : offset + hidden]`` of a ``hidden + row_pad`` wide buffer (an odd offset:
+    the scalar variant); ``out_view``: ``out=`` is a view ``hidden`` bytes into a buffer of
+    random bytes two rows longer (hashed whole)."""
+    name = (f"per_token_quant_fp8/{_SHORT[dtype]}-h{hidden}-t{tokens}" + (f"-pad{row_pad}" if row_pad else "")
+            + (f"-offset{offset}" if offset else "") + ("-out_view" if out_view else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        base = quant_input(dtype, tokens, hidden + row_pad, gen)
+        x = base[:, offset : offset + hidden]
+        want_q, want_scales = reference.per_token_quant_fp8(x)
+        x_d = to_device(base, device)[:, offset : offset + hidden]
+        if out_view:
+            buf = torch.randint(0, 256, ((tokens + 2) * hidden,), dtype=torch.uint8, generator=gen)
+            expect = buf.clone()
+            expect[hidden : (tokens + 1) * hidden] = want_q.view(torch.uint8).reshape(-1)
+            buf_d = to_device(buf, device)
+            out = buf_d[hidden : (tokens + 1) * hidden].view(torch.float8_e4m3fn).view(tokens, hidden)
+            q, scales = ops.per_token_quant_fp8(x_d, out=out)
+            if q.data_ptr() != out.data_ptr():
+                raise AssertionError(f"{name}: per_token_quant_fp8(out=...) did not return out")
+            return {"q": (buf_d.cpu(), expect), "scales": (scales.cpu(), want_scales)}
+        q, scales = ops.per_token_quant_fp8(x_d)
+        return {"q": (q.cpu(), want_q), "scales": (scales.cpu(), want_scales)}
+
+    return Case(name, "per_token_quant_fp8", run)
+
+
+def quant_cases() -> list[Case]:
+    """Four builds: bf16 x 4096 (4 warps), fp16 x 5120 (5 warps), fp32 x 100 (one warp, and the
+    scalar variant for misaligned rows), bf16 x 7 (scalar only)."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    return [
+        quant_case(bf16, 4096, 0),
+        quant_case(bf16, 4096, 1),
+        quant_case(bf16, 4096, 33),
+        quant_case(bf16, 4096, 7, row_pad=512, offset=256),
+        quant_case(bf16, 4096, 7, out_view=True),
+        quant_case(fp16, 5120, 9),
+        quant_case(fp16, 5120, 5, row_pad=8, offset=8, out_view=True),
+        quant_case(fp32, 100, 513),
+        quant_case(fp32, 100, 17, row_pad=3, offset=1),
+        quant_case(bf16, 7, 65),
+        quant_case(bf16, 7, 9, row_pad=1, offset=1, out_view=True),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# rotary_embedding
+
+
+def rope_cache(rot_dim: int, rows: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[rows, rot_dim]`` cos/sin of position x 10000**(-2i/rot_dim), computed in float64 and
+    rounded once to ``dtype`` (on the CPU, so both devices see the same bytes)."""
+    inv = 1.0 / 10000.0 ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)
+    ang = torch.arange(rows, dtype=torch.float64)[:, None] * inv
+    return torch.cat([ang.cos(), ang.sin()], dim=1).to(dtype)
+
+
+def rope_input(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Finite values of several magnitudes, zeros of both signs; no NaN or infinity (a NaN's
+    payload, and inf * 0, are not the same on both sides)."""
+    x = torch.randn(shape, generator=gen) * torch.exp2(torch.randint(-12, 9, shape, generator=gen).float())
+    flat = x.view(-1)
+    if flat.numel() >= 2:
+        flat[0], flat[-1] = 0.0, -0.0
+    return x.to(dtype)
+
+
+def rope_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n: int, q_heads: int, k_heads: int,
+              pos_dtype: torch.dtype, *, cache_dtype: torch.dtype = torch.float32, max_pos: int = 300,
+              layout: str = "2d") -> Case:
+    """``rotary_embedding`` of ``n`` tokens, with out-of-range positions mixed in (``bad_indices``).
+    ``layout``: ``2d`` / ``3d`` separate q and k; ``fused``: q and k are column slices of one
+    ``[n, (q_heads + 2 k_heads) * head_dim]`` QKV buffer, hashed whole (v must stay as it was);
+    ``offset``: 3-d q and k start one element into their buffers (the scalar variant)."""
+    name = (f"rotary_embedding/{_SHORT[dtype]}-d{head_dim}-r{rot_dim}-{'neox' if is_neox else 'gptj'}"
+            f"-q{q_heads}k{k_heads}-{_SHORT[pos_dtype]}-n{n}-cache_{_SHORT[cache_dtype]}-{layout}")
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        cache = rope_cache(rot_dim, max_pos, cache_dtype)
+        pos = make_indices(n, max_pos, pos_dtype, gen) if n <= max_pos else torch.randint(
+            0, max_pos, (n,), generator=gen).to(pos_dtype)
+        if n > max_pos:
+            for p, value in zip(torch.randperm(n, generator=gen).tolist(), bad_indices(max_pos, pos_dtype)):
+                pos[p] = value
+        qs, ks = q_heads * head_dim, k_heads * head_dim
+        if layout == "fused":
+            bufs = {"qkv": rope_input((n, qs + 2 * ks), dtype, gen)}
+        elif layout == "offset":
+            bufs = {"q": rope_input((n * qs + 1,), dtype, gen), "k": rope_input((n * ks + 1,), dtype, gen)}
+        else:
+            bufs = {"q": rope_input((n, qs), dtype, gen), "k": rope_input((n, ks), dtype, gen)}
+
+        def views(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            if layout == "fused":
+                return b["qkv"][:, :qs], b["qkv"][:, qs : qs + ks]
+            if layout == "offset":
+                return b["q"][1:].view(n, q_heads, head_dim), b["k"][1:].view(n, k_heads, head_dim)
+            if layout == "3d":
+                return b["q"].view(n, q_heads, head_dim), b["k"].view(n, k_heads, head_dim)
+            return b["q"], b["k"]
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        reference.rotary_embedding(pos, *views(ref), cache, is_neox, head_dim)
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        ops.rotary_embedding(to_device(pos, device), *views(dev), to_device(cache, device), is_neox,
+                             head_dim=head_dim)
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "rotary_embedding", run)
+
+
+def rope_cases() -> list[Case]:
+    """Four builds: bf16/rot 128/neox (Llama-3 heads), fp16/rot 64/gpt-j, fp32/rot 32/gpt-j
+    (partial, head_dim 64) and fp16/rot 6/neox (partial, head_dim 10: the scalar variant only)."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    i32, i64 = torch.int32, torch.int64
+    return [
+        rope_case(bf16, 128, 128, True, 0, 32, 8, i64),
+        rope_case(bf16, 128, 128, True, 7, 32, 8, i64),
+        rope_case(bf16, 128, 128, True, 513, 8, 2, i32, cache_dtype=bf16, layout="fused"),
+        rope_case(bf16, 128, 128, True, 33, 4, 1, i64, layout="offset"),
+        rope_case(fp16, 64, 64, False, 33, 8, 2, i64, layout="3d"),
+        rope_case(fp16, 64, 64, False, 513, 2, 1, i32, cache_dtype=fp16, layout="fused"),
+        rope_case(fp32, 64, 32, False, 33, 3, 1, i32),
+        rope_case(fp32, 64, 32, False, 7, 2, 2, i64, layout="offset"),
+        rope_case(fp16, 10, 6, True, 513, 3, 1, i64, layout="3d"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# ----- rmsnorm
+
+
+def norm_input(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Normal rows, each of its own magnitude (2**-20 to 2**20; float16: 2**-10 to 2**10, its
+    range), zeros of both signs, and where there are rows enough a zero row (whose result is 0).
+    No NaN and no infinity (a NaN's payload is not the same on both sides)."""
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    span = 10 if dtype == torch.float16 else 20
+    mag = torch.exp2(torch.randint(-span, span + 1, (rows, 1), generator=gen).float())
+    x = (torch.randn(rows, shape[-1], generator=gen) * mag).to(dtype)
+    if not torch.isfinite(x).all():
+        raise AssertionError("rmsnorm inputs must be finite")
+    if rows > 2:
+        x[1] = 0.0
+        x[2, 0], x[2, -1] = 0.0, -0.0
+    return x.view(shape)
+
+
+def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: bool = False, row_pad: int = 0,
+              eps: float = 1e-6) -> Case:
+    """``rmsnorm`` (or ``fused_add_rmsnorm``, ``fused``) of ``[*lead, hidden]`` rows. ``row_pad``:
+    every tensor the op reads or writes is ``[..., :hidden]`` of a buffer ``hidden + row_pad``
+    wide (strided rows; the buffers are hashed whole, the padding must stay as it was)."""
+    shape = "x".join(map(str, lead)) or "1d"
+    name = (f"{'fused_add_rmsnorm' if fused else 'rmsnorm'}/{_SHORT[dtype]}-h{hidden}-{shape}-eps{eps!r}"
+            + (f"-pad{row_pad}" if row_pad else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        width = hidden + row_pad
+        weight = torch.randn(hidden, generator=gen).to(dtype)
+        bufs = {"x": norm_input(dtype, (*lead, width), gen)}
+        bufs["residual" if fused else "out"] = norm_input(dtype, (*lead, width), gen)
+
+        def views(b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {key: t[..., :hidden] for key, t in b.items()}
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        w_d = to_device(weight, device)
+        r, d = views(ref), views(dev)
+        if fused:
+            reference.fused_add_rmsnorm(r["x"], r["residual"], weight, eps)
+            ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps)
+        elif row_pad:
+            reference.rmsnorm(r["out"], r["x"], weight, eps)
+            if ops.rmsnorm(d["x"], w_d, eps, out=d["out"]).data_ptr() != d["out"].data_ptr():
+                raise AssertionError(f"{name}: rmsnorm(out=...) did not return out")
+        else:  # a new output
+            want = torch.empty((*lead, hidden), dtype=dtype)
+            reference.rmsnorm(want, r["x"], weight, eps)
+            got = ops.rmsnorm(d["x"], w_d, eps).cpu()
+            return {"out": (got, want), "x": (dev["x"].cpu(), ref["x"])}
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "rmsnorm", run)
+
+
+def norm_cases() -> list[Case]:
+    """Four builds: bf16 x 4096 (a block of 128 threads per row), fp16 x 5120 (160 threads),
+    fp32 x 1000 (64 threads whose last vectors are missing), fp16 x 128 (groups of 4 lanes, 32
+    rows per block)."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    return [
+        norm_case(bf16, 4096, (0,)),
+        norm_case(bf16, 4096, ()),
+        norm_case(bf16, 4096, (33,)),
+        norm_case(bf16, 4096, (7,), row_pad=512),
+        norm_case(bf16, 4096, (2, 9), fused=True),
+        norm_case(bf16, 4096, (7,), fused=True, row_pad=8, eps=1e-5),
+        norm_case(fp16, 5120, (9,)),
+        norm_case(fp16, 5120, (5,), fused=True),
+        norm_case(fp32, 1000, (17,), eps=1e-2),
+        norm_case(fp32, 1000, (7,), fused=True, row_pad=4),
+        norm_case(fp16, 128, (513,)),
+        norm_case(fp16, 128, (19, 8), row_pad=64),
+        norm_case(fp16, 128, (513,), fused=True, row_pad=8),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# ----- silu_and_mul, gelu_and_mul (kernel file activation/act_and_mul.cuh)
+#
+# The activations are kernkit's own IEEE-built exp/erf (math.cuh), not torch's libm, so their
+# outputs are not torch's bits: each is checked here against the float64 formula within the
+# tolerance the ops document (reference.act_and_mul_bound), and a ReferenceMismatch is raised
+# otherwise; the byte comparison in run_case then compares the output with itself.
+
+ACT_OPS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_and_mul"}
+
+
+def act_input(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Gate and up values of several magnitudes; zeros of both signs, subnormals and the largest
+    finite values among the gates. No NaN and no infinity (a NaN's bits differ between the GPU
+    and the CPU; ``act(inf) * 0`` is one)."""
+    span = 4 if dtype == torch.float16 else 8
+    mag = torch.exp2(torch.randint(-span, span + 1, shape, generator=gen).float())
+    x = (torch.randn(shape, generator=gen) * mag).to(dtype)
+    fi = torch.finfo(dtype)
+    gates = x[..., : shape[-1] // 2].reshape(-1).clone()
+    specials = [0.0, -0.0, fi.tiny / 4, -fi.tiny / 4, fi.max, -fi.max, 30.0, -30.0, -90.0, -110.0]
+    for p, value in zip(torch.randperm(gates.numel(), generator=gen).tolist(), specials[: gates.numel() // 2]):
+        gates[p] = value
+    x[..., : shape[-1] // 2] = gates.reshape(x[..., : shape[-1] // 2].shape)
+    if not torch.isfinite(x).all():
+        raise AssertionError("act_and_mul inputs must be finite")
+    return x
+
+
+def act_case(activation: str, dtype: torch.dtype, rows: tuple[int, ...], d: int, *, row_pad: int = 0,
+             offset: int = 0, out_view: bool = False) -> Case:
+    """``activation``-and-mul of ``rows`` rows (``(tokens,)`` or ``(batch, tokens)``) of ``2 d``.
+    ``row_pad``/``offset``: x is ``[..., offset : offset + 2 d]`` of rows ``2 d + row_pad`` wide
+    (an odd offset: the scalar variant); ``out_view``: ``out=`` starts one element into a buffer
+    two rows longer than it (hashed whole)."""
+    name = (f"{ACT_OPS[activation]}/{activation}-{_SHORT[dtype]}-d{d}-r{'x'.join(map(str, rows))}"
+            + (f"-pad{row_pad}" if row_pad else "") + (f"-offset{offset}" if offset else "")
+            + ("-out_view" if out_view else ""))
+    approximate = "tanh" if activation == "gelu_tanh" else "none"
+
+    def call(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        if activation == "silu":
+            return ops.silu_and_mul(x, out=out)
+        return ops.gelu_and_mul(x, approximate, out=out)
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        base = act_input(dtype, (*rows, 2 * d + row_pad), gen)
+        x = base[..., offset : offset + 2 * d]
+        x_d = to_device(base, device)[..., offset : offset + 2 * d]
+        n = math.prod(rows) * d
+        if out_view:
+            buf = act_input(dtype, (n + 2 * d + 1,), gen)
+            buf_d = to_device(buf, device)
+            out_d = buf_d[1 : n + 1].view(*rows, d)
+            if call(x_d, out_d).data_ptr() != out_d.data_ptr():
+                raise AssertionError(f"{name}: out= was not returned")
+            whole = buf_d.cpu()
+            got = whole[1 : n + 1].view(*rows, d)
+            if not same_bytes(torch.cat([whole[:1], whole[n + 1 :]]), torch.cat([buf[:1], buf[n + 1 :]])):
+                raise ReferenceMismatch(f"{name}: bytes outside 'out' were written")
+        else:
+            got = call(x_d, None).cpu()
+            whole = got
+        ref = reference.act_and_mul(x, activation)
+        special = ~ref.to(dtype).isfinite()
+        err = (got.double() - ref).abs()
+        bound = reference.act_and_mul_bound(x, ref, activation)
+        ok = torch.where(special, got.double() == ref.to(dtype).double(), err <= bound)
+        if not bool(ok.all()):
+            i = int((~ok).reshape(-1).nonzero()[0])
+            raise ReferenceMismatch(f"{name}: 'out' is not within the documented tolerance of the float64 result: "
+                                    f"element {i}: got {got.reshape(-1)[i].item()!r}, "
+                                    f"float64 {ref.reshape(-1)[i].item()!r}")
+        return {"out": (whole, whole.clone())}
+
+    return Case(name, "act_and_mul", run)
+
+
+def act_cases() -> list[Case]:
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    out = []
+    for activation in ("silu", "gelu", "gelu_tanh"):
+        for dtype in (bf16, fp16, fp32):
+            out += [
+                act_case(activation, dtype, (1,), 8),
+                act_case(activation, dtype, (7,), 1000),
+                act_case(activation, dtype, (5,), 136, row_pad=24, offset=1),  # strided, misaligned: scalar
+                act_case(activation, dtype, (2, 3), 64, row_pad=16),  # 3-d, strided rows, vectors
+            ]
+        out.append(act_case(activation, bf16, (33,), 4096))
+        out.append(act_case(activation, fp16, (3,), 40, out_view=True))
+        out.append(act_case(activation, fp32, (0,), 16))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # The fixed set. Specializations (each costs a CPU build): store_cache rows of 1152 B (576 x
 # 2-byte), 2048 B, 512 B, 256 B and 6 B; indexing rows of 1152 B, 400 B and 6 B; scale x 3.
 
@@ -291,6 +632,7 @@ def cases() -> list[Case]:
         indexing_case(fp32, 100, 513, i64, rows=120, vocab_range=(0, 100), out_view=True),
         indexing_case(fp8, 6, 7, i64),
         indexing_case(fp8, 6, 513, i32, rows=90, vocab_range=(37, 80), strided_weight=True, out_view=True),
+        *rope_cases(),  # rotary_embedding
     ]
     for dtype, sizes in ((fp16, (1, 7, 4099)), (bf16, (9, 100003)), (fp32, (5, 4099))):
         for n in sizes:
@@ -299,6 +641,9 @@ def cases() -> list[Case]:
         out.append(scale_case(dtype, 1031, -2.5, offset=1))
         out.append(scale_case(dtype, 1029, 0.5, out_view=True))
     out.append(scale_case(fp16, 0, 1.7))
+    out.extend(quant_cases())
+    out.extend(norm_cases())  # rmsnorm, fused_add_rmsnorm
+    out.extend(act_cases())  # silu_and_mul, gelu_and_mul
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise AssertionError("case names must be unique")

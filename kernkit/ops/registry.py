@@ -4,7 +4,9 @@ It registers ``torch.ops.<namespace>.<name>`` (``torch.library`` define/impl, ch
 than ``custom_op``), so ``torch.compile`` and ``torch.export`` see one node per call; the plain
 function routes to it while traced (``torch.compiler.is_compiling()``) and runs the kernel
 directly otherwise. An op with a keyword-only ``out=None`` gets two custom ops: ``name`` (returns
-a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). Ops are not
+a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). An op that returns
+``tuple[Tensor, Tensor, ...]`` with ``out`` as the first element (``per_token_quant_fp8``: ``q``
+and its scales) gets a ``name_out`` that mutates ``out`` and returns the other tensors. Ops are not
 differentiable (autograd falls through: outputs do not require grad). What torch checks for an
 in-place op the public function checks too: it refuses to write a tensor autograd records or an
 inference tensor outside inference mode, refuses tensors with the negative bit, and bumps the
@@ -143,14 +145,34 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
                 op_fn(*args, out=out, **kwargs)
 
             out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"), _nothing)
+            others = _other_outputs(returns)
+            if others is None:
+                out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"), _nothing)
 
-            def traced(*args, **kwargs):
-                out = kwargs.pop("out", None)
-                if out is None:
-                    return functional(*args, **kwargs)
-                out_op(out, *args, **kwargs)
-                return out
+                def traced(*args, **kwargs):
+                    out = kwargs.pop("out", None)
+                    if out is None:
+                        return functional(*args, **kwargs)
+                    out_op(out, *args, **kwargs)
+                    return out
+            else:
+                # A tuple whose first element is ``out``: ``name_out`` writes ``out`` and returns
+                # the other outputs (one tensor, or a tuple of them), allocated in the fake as
+                # ``fake`` allocates them.
+                others_of = (lambda r: r[1]) if len(typing.get_args(returns)) == 2 else (lambda r: tuple(r[1:]))
+
+                def out_impl_returning(out, *args, **kwargs):
+                    return others_of(op_fn(*args, out=out, **kwargs))
+
+                out_op = _define(f"{name}_out", out_impl_returning, [out_param, *rest], others, (*mutates_args, "out"),
+                                 lambda out, *args, **kwargs: others_of(fake(*args, **kwargs)))
+
+                def traced(*args, **kwargs):
+                    out = kwargs.pop("out", None)
+                    if out is None:
+                        return functional(*args, **kwargs)
+                    result = out_op(out, *args, **kwargs)
+                    return (out, result) if len(typing.get_args(returns)) == 2 else (out, *result)
 
         tensors = [p.name for p in params if torch.Tensor in (p.annotation, *typing.get_args(p.annotation))]
         op_fn = _wrapper(fn, sig, traced, lambda e, args, kwargs: _argument_error(sig, hints, args, kwargs),
@@ -159,6 +181,18 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         return op_fn
 
     return decorate
+
+
+def _other_outputs(returns: object) -> object:
+    """For a function returning ``tuple[Tensor, ...]`` of two or more tensors (the first being
+    ``out``): what its ``_out`` op returns, the other outputs (the second tensor's type when
+    there are two, else the tuple of the others); None otherwise."""
+    if typing.get_origin(returns) is not tuple:
+        return None
+    items = typing.get_args(returns)
+    if len(items) < 2 or Ellipsis in items:
+        return None
+    return items[1] if len(items) == 2 else tuple[items[1:]]
 
 
 _DEVICES = ("cuda", "cpu")

@@ -422,5 +422,33 @@ inline void tile_abs(tvm::ffi::TensorView in, tvm::ffi::TensorView out, int64_t 
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// ----- ieee math (math.cuh): out rows exp_ieee(a), erf_ieee(a), erfc_ieee(a), tanh_ieee(a)
+// ---------------------------------------------------------------------------------------------
+
+__global__ void ieee_math_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float x = a[i];
+    out[0 * n + i] = device::math::exp_ieee(x);
+    out[1 * n + i] = device::math::erf_ieee(x);
+    out[2 * n + i] = device::math::erfc_ieee(x);
+    out[3 * n + i] = device::math::tanh_ieee(x);
+  }
+}
+
+/// a: [n] fp32; out: [4, n] fp32.
+inline void ieee_math(tvm::ffi::TensorView a, tvm::ffi::TensorView out) {
+  const int64_t n = a.size(0);
+  host::SymbolicDevice device;
+  verify<fp32_t>(a, "a", {n}, 1, device);
+  verify<fp32_t>(out, "out", {4, n}, 1, device);
+  if (n == 0) return;
+  const int64_t blocks = host::div_ceil(n, int64_t{256});
+  const auto grid = static_cast<uint32_t>(blocks < 1024 ? blocks : 1024);
+  host::LaunchKernel(grid, 256, device.unwrap())(ieee_math_kernel, host::data_ptr<const float>(a),
+                                                 host::data_ptr<float>(out), n);
+}
+
 }  // namespace headers_test
 }  // namespace kernkit

@@ -1,0 +1,439 @@
+/// \file rmsnorm.cuh
+/// \brief `rmsnorm<T, kHidden, kUsePDL>` and `fused_add_rmsnorm<T, kHidden, kUsePDL>`: RMS
+/// normalization of rows of `kHidden` elements, `y = x / sqrt(mean(x^2) + eps) * weight`, and the
+/// residual-add variant that sglang calls through flashinfer's FusedAddRMSNorm.
+///
+/// One thread group per row (`NormLayout`): a group of 1 to 32 lanes inside a warp for short
+/// rows, the whole block for long ones. Each thread loads its 16-byte vectors of the row once,
+/// keeps them in registers through the sum of squares, and writes the result from them, so a row
+/// is read once and written once. Every operation of the arithmetic is an IEEE-rounded intrinsic
+/// and the reduction is a fixed butterfly (then a fixed shared-memory step): the GPU and the CPU
+/// emulator produce the same bits.
+#pragma once
+
+#include <kernkit/cta.cuh>  // cta::reduce_sum
+#include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
+#include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
+#include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
+#include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
+#include <kernkit/vec.cuh>  // AlignedVector
+#include <kernkit/warp.cuh>  // warp::reduce_sum
+
+#include <tvm/ffi/container/tensor.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kernkit {
+
+namespace device {
+namespace norm {
+
+/// \brief The smallest power of two >= `n` (for `n >= 1`).
+/// \param n The value.
+/// \return The power of two.
+constexpr int64_t pow2_ceil(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/// \brief How the threads of a block share rows of `kHidden` elements of `T`.
+///
+/// A thread aims at `kTargetVecs` 16-byte vectors of its row. Rows of at most 32 such threads get
+/// a power-of-two group of lanes inside a warp (several rows per block, a warp-shuffle
+/// reduction); longer rows get a whole block of a multiple of 32 threads (at most 1024), reduced
+/// through warp shuffles and shared memory.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row: a positive multiple of `16 / sizeof(T)`.
+template <typename T, int64_t kHidden>
+struct NormLayout {
+  /// Elements per 16-byte vector.
+  static constexpr int32_t kVecN = static_cast<int32_t>(16 / sizeof(T));
+  static_assert(kHidden > 0 && kHidden % kVecN == 0, "rmsnorm: kHidden must be a positive multiple of 16 bytes");
+  /// Vectors per row.
+  static constexpr int64_t kVecs = kHidden / kVecN;
+  /// Vectors a thread aims at.
+  static constexpr int64_t kTargetVecs = 4;
+  /// Threads that would hold `kTargetVecs` vectors each.
+  static constexpr int64_t kWanted = (kVecs + kTargetVecs - 1) / kTargetVecs;
+  /// Threads per row: a power of two up to 32, else a multiple of 32 up to 1024.
+  static constexpr int32_t kThreadsPerRow = static_cast<int32_t>(
+      kWanted <= 32 ? pow2_ceil(kWanted) : (kWanted >= 1024 ? 1024 : (kWanted + 31) / 32 * 32));
+  /// Vectors per thread (the last ones of a row may be missing).
+  static constexpr int32_t kPerThread = static_cast<int32_t>((kVecs + kThreadsPerRow - 1) / kThreadsPerRow);
+  static_assert(kPerThread <= 16, "rmsnorm: rows longer than 1024 threads x 16 vectors are not supported");
+  /// Whether every thread has all `kPerThread` vectors.
+  static constexpr bool kExact = kVecs % kThreadsPerRow == 0;
+  /// Whether a row is reduced inside a warp (else across the block).
+  static constexpr bool kInWarp = kThreadsPerRow <= 32;
+  /// Rows per block: 128 threads of groups, or one row per block.
+  static constexpr int32_t kRowsPerBlock = kInWarp ? 128 / kThreadsPerRow : 1;
+  /// Threads per block.
+  static constexpr int32_t kBlockThreads = kThreadsPerRow * kRowsPerBlock;
+};
+
+/// \brief The row's sum of `value` over its `kThreadsPerRow` threads, in a fixed order; every
+/// thread of the row gets it. Block-wide rows need every thread of the block to call this.
+/// \tparam Layout A `NormLayout`.
+/// \param value This thread's partial sum.
+/// \param smem Shared memory for 32 floats (block-wide rows only).
+/// \return The row's sum.
+template <typename Layout>
+KERNKIT_DEVICE float row_sum(float value, float* smem) {
+  if constexpr (Layout::kInWarp) {
+    return warp::reduce_sum<static_cast<uint32_t>(Layout::kThreadsPerRow)>(value);
+  } else {
+    cta::reduce_sum(value, smem);
+    __syncthreads();
+    return smem[0];
+  }
+}
+
+/// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
+/// \tparam kHidden Elements per row.
+/// \param sum_sq The row's sum of squares.
+/// \param eps Added to the mean of squares.
+/// \return The reciprocal of the row's RMS.
+template <int64_t kHidden>
+KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
+  const float mean = __fdiv_rn(sum_sq, static_cast<float>(kHidden));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+}  // namespace norm
+}  // namespace device
+
+/// \brief `out[r] = x[r] * inv_rms(x[r]) * weight`, per row, in fp32, rounded once to `T`.
+///
+/// The sum of squares accumulates each thread's elements in order (each square and each sum
+/// rounded, no fused multiply-add, so that torch can reproduce it: `tests/reference.py`), then
+/// the row's threads combine their sums (`row_sum`). The product is `(x * inv_rms) * weight`, the order
+/// flashinfer's RMSNorm uses.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row.
+/// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \param out Row 0 of the output.
+/// \param x Row 0 of the input.
+/// \param weight `kHidden` elements.
+/// \param out_stride Elements between output rows.
+/// \param x_stride Elements between input rows.
+/// \param num_rows Rows.
+/// \param eps Added to the mean of squares.
+template <typename T, int64_t kHidden, bool kUsePDL>
+__global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
+    rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight, int64_t out_stride,
+                   int64_t x_stride, int64_t num_rows, float eps) {
+  using Layout = device::norm::NormLayout<T, kHidden>;
+  using vec_t = device::AlignedVector<T, Layout::kVecN>;
+  __shared__ float smem[32];
+  const int32_t lane = static_cast<int32_t>(threadIdx.x) % Layout::kThreadsPerRow;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Layout::kRowsPerBlock + threadIdx.x / Layout::kThreadsPerRow;
+  // A group past the last row still takes part in the shuffles of its warp; it reads nothing.
+  const bool active = row < num_rows;
+  const T* __restrict__ src = x + (active ? row : 0) * x_stride;
+
+  // `x` may be what the previous kernel wrote: wait before the first load.
+  device::PDLWaitPrimary<kUsePDL>();
+
+  // The weight is loaded with the row, so that its latency is not paid after the reduction.
+  vec_t v[Layout::kPerThread];
+  vec_t w[Layout::kPerThread];
+  float sum_sq = 0.0f;
+  KERNKIT_UNROLL
+  for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+    const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+    if (active && (Layout::kExact || j < Layout::kVecs)) {
+      v[i].load(src, j);
+      w[i].load(weight, j);
+      KERNKIT_UNROLL
+      for (int32_t k = 0; k < Layout::kVecN; ++k) {
+        const float f = device::cast<fp32_t>(v[i][k]);
+        sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+      }
+    }
+  }
+  const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
+
+  if (active) {
+    T* __restrict__ dst = out + row * out_stride;
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+      if (Layout::kExact || j < Layout::kVecs) {
+        vec_t y;
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          const float xr = __fmul_rn(device::cast<fp32_t>(v[i][k]), r);
+          y[k] = device::cast<T>(__fmul_rn(xr, device::cast<fp32_t>(w[i][k])));
+        }
+        y.store(dst, j);
+      }
+    }
+  }
+
+  // Lets the next kernel start its prologue; it sees these stores after its PDLWaitPrimary.
+  device::PDLTriggerSecondary<kUsePDL>();
+}
+
+/// \brief In place, per row: `residual = x + residual` (the fp32 sum rounded to `T`), then
+/// `x = s * inv_rms(s) * weight` where `s` is the fp32 sum itself, not its rounded copy.
+///
+/// This is what flashinfer's FusedAddRMSNorm kernel (which sglang calls) does: it stores the
+/// rounded sum to `residual` and keeps the fp32 sum (staged in shared memory there, in registers
+/// here) for the normalization.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row.
+/// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \param x Row 0 of `x`: read, then overwritten with the normalized sum.
+/// \param residual Row 0 of `residual`: read, then overwritten with the sum.
+/// \param weight `kHidden` elements.
+/// \param x_stride Elements between rows of `x`.
+/// \param residual_stride Elements between rows of `residual`.
+/// \param num_rows Rows.
+/// \param eps Added to the mean of squares.
+template <typename T, int64_t kHidden, bool kUsePDL>
+__global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
+    fused_add_rmsnorm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
+                             int64_t x_stride, int64_t residual_stride, int64_t num_rows, float eps) {
+  using Layout = device::norm::NormLayout<T, kHidden>;
+  using vec_t = device::AlignedVector<T, Layout::kVecN>;
+  __shared__ float smem[32];
+  const int32_t lane = static_cast<int32_t>(threadIdx.x) % Layout::kThreadsPerRow;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * Layout::kRowsPerBlock + threadIdx.x / Layout::kThreadsPerRow;
+  const bool active = row < num_rows;
+  T* __restrict__ xr = x + (active ? row : 0) * x_stride;
+  T* __restrict__ rr = residual + (active ? row : 0) * residual_stride;
+
+  device::PDLWaitPrimary<kUsePDL>();
+
+  float s[Layout::kPerThread][Layout::kVecN];
+  vec_t w[Layout::kPerThread];  // loaded with the row, as in rmsnorm_kernel
+  float sum_sq = 0.0f;
+  KERNKIT_UNROLL
+  for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+    const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+    if (active && (Layout::kExact || j < Layout::kVecs)) {
+      vec_t a;
+      vec_t b;
+      a.load(xr, j);
+      b.load(rr, j);
+      w[i].load(weight, j);
+      KERNKIT_UNROLL
+      for (int32_t k = 0; k < Layout::kVecN; ++k) {
+        const float f = __fadd_rn(device::cast<fp32_t>(a[k]), device::cast<fp32_t>(b[k]));
+        s[i][k] = f;
+        sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+        b[k] = device::cast<T>(f);
+      }
+      b.store(rr, j);
+    }
+  }
+  const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
+
+  if (active) {
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+      if (Layout::kExact || j < Layout::kVecs) {
+        vec_t y;
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::cast<fp32_t>(w[i][k])));
+        }
+        y.store(xr, j);
+      }
+    }
+  }
+
+  device::PDLTriggerSecondary<kUsePDL>();
+}
+
+namespace host {
+namespace norm {
+
+/// \brief Where the rows of a verified `[..., hidden]` tensor are.
+struct NormRows {
+  int64_t num_rows;    ///< Product of the leading dimensions (1 for a 1-d tensor).
+  int64_t row_stride;  ///< Elements between rows (`hidden` when there is at most one row).
+};
+
+/// \brief Verify a `[..., kHidden]` tensor of `T` on a CUDA device (a CPU tensor under the
+/// emulator): the last dimension contiguous, the leading dimensions collapsible into one evenly
+/// strided row index (sizes of 1 are skipped), a non-negative row stride, the first element and
+/// the row stride on 16-byte boundaries, and distinct rows when the kernel writes it.
+/// \tparam T Element type.
+/// \tparam kHidden Elements per row.
+/// \param t The tensor.
+/// \param role Its argument name, in every message.
+/// \param written Whether the kernel writes it.
+/// \return Its rows and row stride.
+template <typename T, int64_t kHidden>
+inline NormRows verify_norm_rows(const tvm::ffi::TensorView& t, const char* role, bool written) {
+  const auto shape = t.shape();
+  const auto strides = t.strides();
+  const int64_t ndim = t.ndim();
+  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a [..., " << kHidden
+                                       << "] tensor, got a 0-d tensor";
+  KERNKIT_CHECK(is_type<T>(t.dtype()), TypeError) << "'" << role << "': expected dtype "
+                                                  << dtype_name(DLDTypeOf<T>::value) << ", got "
+                                                  << dtype_name(t.dtype());
+  constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);
+  KERNKIT_CHECK(t.device().device_type == kDeviceType, ValueError)
+      << "'" << role << "': expected a " << device_type_name(kDeviceType) << " tensor, got "
+      << device_type_name(t.device().device_type);
+  KERNKIT_CHECK(shape[ndim - 1] == kHidden, ValueError)
+      << "'" << role << "': expected a last dimension of " << kHidden << ", got shape " << detail::format_list(shape);
+  KERNKIT_CHECK(strides[ndim - 1] == 1, ValueError)
+      << "'" << role << "': expected a contiguous last dimension (stride 1), got shape " << detail::format_list(shape)
+      << " with strides " << detail::format_list(strides);
+  // Collapse the leading dimensions, innermost first: each must step over whole copies of the
+  // ones inside it.
+  int64_t rows = 1;
+  int64_t row_stride = kHidden;
+  bool have_stride = false;
+  int64_t next = 0;  // the stride the next outer dimension must have
+  for (int64_t i = ndim - 2; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    rows *= shape[i];
+    if (!have_stride) {
+      row_stride = strides[i];
+      have_stride = true;
+    } else {
+      KERNKIT_CHECK(strides[i] == next, ValueError)
+          << "'" << role << "': the leading dimensions of shape " << detail::format_list(shape) << " with strides "
+          << detail::format_list(strides) << " do not collapse into one row stride; pass evenly strided rows "
+          << "(e.g. " << role << ".contiguous())";
+    }
+    next = strides[i] * shape[i];
+  }
+  if (rows <= 1) row_stride = kHidden;  // a single row's stride never forms an address
+  KERNKIT_CHECK(row_stride >= 0, ValueError) << "'" << role << "': negative row stride " << row_stride;
+  KERNKIT_CHECK(!written || rows == 0 || row_stride >= kHidden, ValueError)
+      << "'" << role << "': rows overlap (row stride " << row_stride << " elements, rows of " << kHidden
+      << "); a tensor the kernel writes needs distinct rows";
+  const auto address = reinterpret_cast<uintptr_t>(data_ptr<const T>(t));
+  KERNKIT_CHECK(rows == 0 || (address % 16 == 0 && (row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0),
+                ValueError)
+      << "'" << role << "': rows must start on 16-byte boundaries (the kernel moves 16-byte vectors): first element "
+      << "at an address " << address % 16 << " bytes past one, row stride " << row_stride << " elements of "
+      << sizeof(T) << " bytes";
+  return NormRows{rows, row_stride};
+}
+
+/// \brief Require `t` to be on the device of `weight` (verified first), naming `role`.
+/// \param t The tensor.
+/// \param role Its argument name.
+/// \param device The device of `weight`.
+inline void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device) {
+  KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
+      << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
+      << " (from 'weight'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;
+}
+
+/// \brief Require `t` to have the shape of `x`, naming `role`.
+/// \param t The tensor.
+/// \param role Its argument name.
+/// \param x The input whose shape it must have.
+inline void check_same_shape(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x) {
+  KERNKIT_CHECK(detail::same_shape(t.shape(), x.shape()), ValueError)
+      << "'" << role << "': expected shape " << detail::format_list(x.shape()) << " (from 'x'), got "
+      << detail::format_list(t.shape());
+}
+
+/// \brief Verify `weight`: `[kHidden]`, contiguous, of `T`, 16-byte aligned; returns its device.
+/// \tparam T Element type.
+/// \tparam kHidden Elements per row.
+/// \param weight The tensor.
+/// \return Its device.
+template <typename T, int64_t kHidden>
+inline DLDevice verify_weight(const tvm::ffi::TensorView& weight) {
+  SymbolicDevice device;
+  TensorMatcher({kHidden}).with_device<kDLCUDA>(device).with_dtype<T>().verify(weight, "weight");
+  KERNKIT_CHECK(reinterpret_cast<uintptr_t>(data_ptr<const T>(weight)) % 16 == 0, ValueError)
+      << "'weight': must start on a 16-byte boundary (the kernel moves 16-byte vectors)";
+  return device.unwrap();
+}
+
+/// \brief Refuse an `eps` that is negative, infinite or NaN.
+/// \param eps The value.
+inline void check_eps(float eps) {
+  KERNKIT_CHECK(eps >= 0.0f && eps <= 3.4028234663852886e38f, ValueError)
+      << "'eps': expected a finite value >= 0, got " << eps;
+}
+
+/// \brief Blocks for `rows` rows of `rows_per_block`, checked to fit the grid.
+/// \param rows Rows.
+/// \param rows_per_block Rows per block.
+/// \return The grid size.
+inline uint32_t norm_grid(int64_t rows, int64_t rows_per_block) {
+  const int64_t blocks = div_ceil(rows, rows_per_block);
+  KERNKIT_CHECK(blocks <= int64_t{0x7fffffff}, ValueError) << "'x': too many rows for one launch: " << rows;
+  return static_cast<uint32_t>(blocks);
+}
+
+}  // namespace norm
+}  // namespace host
+
+/// \brief Host launcher of `rmsnorm_kernel`: verifies the tensors, launches one thread group per
+/// row on the current stream.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row: a positive multiple of 16 bytes.
+/// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \param out `[..., kHidden]` of x's shape, written; rows may be strided; shares no memory with
+/// `x` or `weight`.
+/// \param x `[..., kHidden]`; rows may be strided (the leading dimensions must collapse).
+/// \param weight `[kHidden]`, contiguous.
+/// \param eps Added to the mean of squares: finite, >= 0.
+template <typename T, int64_t kHidden, bool kUsePDL>
+void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorView weight, float eps) {
+  using namespace host;
+  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
+                "rmsnorm: T must be fp16_t, bf16_t or fp32_t");
+  using Layout = ::kernkit::device::norm::NormLayout<T, kHidden>;
+  const auto xr = norm::verify_norm_rows<T, kHidden>(x, "x", false);
+  const auto orows = norm::verify_norm_rows<T, kHidden>(out, "out", true);
+  norm::check_same_shape(out, "out", x);
+  const DLDevice device = norm::verify_weight<T, kHidden>(weight);
+  norm::check_same_device(x, "x", device);
+  norm::check_same_device(out, "out", device);
+  norm::check_eps(eps);
+  check_no_overlap({{out, "out"}}, {{x, "x"}, {weight, "weight"}});
+  if (xr.num_rows == 0) return;
+  LaunchKernel(norm::norm_grid(xr.num_rows, Layout::kRowsPerBlock), Layout::kBlockThreads, device)
+      .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(out), data_ptr<const T>(x),
+                           data_ptr<const T>(weight), orows.row_stride, xr.row_stride, xr.num_rows, eps);
+}
+
+/// \brief Host launcher of `fused_add_rmsnorm_kernel`: verifies the tensors, launches one thread
+/// group per row on the current stream.
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row: a positive multiple of 16 bytes.
+/// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \param x `[..., kHidden]`, read and overwritten; rows may be strided.
+/// \param residual x's shape, read and overwritten with `x + residual`; shares no memory with
+/// `x` or `weight`.
+/// \param weight `[kHidden]`, contiguous.
+/// \param eps Added to the mean of squares: finite, >= 0.
+template <typename T, int64_t kHidden, bool kUsePDL>
+void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tvm::ffi::TensorView weight,
+                       float eps) {
+  using namespace host;
+  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
+                "fused_add_rmsnorm: T must be fp16_t, bf16_t or fp32_t");
+  using Layout = ::kernkit::device::norm::NormLayout<T, kHidden>;
+  const auto xr = norm::verify_norm_rows<T, kHidden>(x, "x", true);
+  const auto rr = norm::verify_norm_rows<T, kHidden>(residual, "residual", true);
+  norm::check_same_shape(residual, "residual", x);
+  const DLDevice device = norm::verify_weight<T, kHidden>(weight);
+  norm::check_same_device(x, "x", device);
+  norm::check_same_device(residual, "residual", device);
+  norm::check_eps(eps);
+  check_no_overlap({{x, "x"}, {residual, "residual"}}, {{weight, "weight"}});
+  if (xr.num_rows == 0) return;
+  LaunchKernel(norm::norm_grid(xr.num_rows, Layout::kRowsPerBlock), Layout::kBlockThreads, device)
+      .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(x), data_ptr<T>(residual),
+                           data_ptr<const T>(weight), xr.row_stride, rr.row_stride, xr.num_rows, eps);
+}
+
+}  // namespace kernkit

@@ -1,0 +1,211 @@
+/// \file per_token_fp8.cuh
+/// \brief `per_token_quant_fp8<T, kHidden, kUsePDL>`: per-row (per-token) dynamic quantization
+/// of fp16, bf16 or fp32 rows to fp8 E4M3 with one fp32 scale per row.
+#pragma once
+
+#include <kernkit/cta.cuh>  // cta::reduce_max
+#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, data_ptr, check_no_overlap
+#include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t, fp8_e4m3_t, fp8x4_e4m3_t, fp32x4_t
+#include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
+#include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
+#include <kernkit/vec.cuh>  // AlignedVector
+#include <kernkit/warp.cuh>  // warp::reduce_max
+
+#include <tvm/ffi/container/tensor.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kernkit {
+
+namespace device {
+namespace quant {
+
+/// \brief How the threads of one CTA cover a row of `kHidden` elements read `kVecN` at a time.
+///
+/// Each thread keeps at most `kMaxPerThread` vectors of the row in registers; the block is the
+/// smallest multiple of 32 threads that does this (at least one warp, at most 1024 threads,
+/// beyond which a thread holds more vectors).
+/// \tparam kHidden Elements per row.
+/// \tparam kVecN Elements per vector access.
+template <int64_t kHidden, int kVecN>
+struct RowLayout {
+  static_assert(kHidden > 0 && kHidden % kVecN == 0, "the vector width must divide the row");
+  /// Vectors each thread holds before the block grows past one warp.
+  static constexpr int64_t kMaxPerThread = 4;
+  /// Vectors per row.
+  static constexpr int64_t kVecs = kHidden / kVecN;
+  /// Threads per block: a multiple of 32 in [32, 1024].
+  static constexpr int64_t kThreads = ((kVecs + kMaxPerThread - 1) / kMaxPerThread + 31) / 32 * 32 > 1024
+                                          ? 1024
+                                          : ((kVecs + kMaxPerThread - 1) / kMaxPerThread + 31) / 32 * 32;
+  /// Vectors per thread (the last ones guarded when the row does not fill every thread).
+  static constexpr int64_t kIters = (kVecs + kThreads - 1) / kThreads;
+  /// Whether every thread's vectors lie inside the row.
+  static constexpr bool kExact = kVecs % kThreads == 0;
+};
+
+/// \brief The absolute value of `x` as the bits of an fp32, for an integer max-reduction: for
+/// non-negative floats the bit patterns are ordered like the values, and every NaN lies above
+/// +inf, so the maximum of the bits is max|x| with a NaN winning (like torch's `amax`).
+/// \param x The value.
+/// \return The bits of `|x|`.
+KERNKIT_DEVICE uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
+
+/// \brief `x / scale` (IEEE division), or 0 for a row whose scale is 0.
+/// \param x The value.
+/// \param scale The row's scale.
+/// \param zero_row Whether `scale == 0`.
+/// \return The value to round to fp8.
+KERNKIT_DEVICE float divide(float x, float scale, bool zero_row) {
+  return zero_row ? 0.0f : __fdiv_rn(x, scale);
+}
+
+}  // namespace quant
+}  // namespace device
+
+/// \brief One CTA per row: load the row into registers (16-byte loads), reduce max|x| over the
+/// block, write `scale = max|x| / 448`, then store `saturate_e4m3(x / scale)`, 4 fp8 values per
+/// store where `kVecN` allows.
+/// \tparam T Input element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row.
+/// \tparam kVecN Elements per vector access: `16 / sizeof(T)`, or 1 for unaligned rows.
+/// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \param q Output, `[rows, kHidden]` fp8 E4M3, contiguous.
+/// \param scales Output, `rows` fp32 scales.
+/// \param x Input, `rows` rows of `kHidden` elements, `x_stride` elements apart.
+/// \param x_stride Elements between consecutive rows of `x`.
+template <typename T, int64_t kHidden, int kVecN, bool kUsePDL>
+__global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* __restrict__ scales,
+                                           const T* __restrict__ x, int64_t x_stride) {
+  using Layout = device::quant::RowLayout<kHidden, kVecN>;
+  using vec_t = device::AlignedVector<T, kVecN>;
+  constexpr bool kPacked = kVecN % 4 == 0;
+  __shared__ uint32_t smem[Layout::kThreads / 32];
+
+  const int64_t row = blockIdx.x;
+  const T* const src = x + row * x_stride;
+  fp8_e4m3_t* const dst = q + row * kHidden;
+
+  device::PDLWaitPrimary<kUsePDL>();
+
+  float v[Layout::kIters][kVecN];
+  uint32_t amax_bits = 0u;
+  KERNKIT_UNROLL
+  for (int64_t it = 0; it < Layout::kIters; ++it) {
+    const int64_t j = it * Layout::kThreads + threadIdx.x;
+    if (Layout::kExact || j < Layout::kVecs) {
+      vec_t in;
+      in.load(src, j);
+      KERNKIT_UNROLL
+      for (int k = 0; k < kVecN; ++k) {
+        v[it][k] = device::cast<fp32_t>(in[k]);
+        const uint32_t bits = device::quant::abs_bits(v[it][k]);
+        amax_bits = bits > amax_bits ? bits : amax_bits;
+      }
+    }
+  }
+
+  if constexpr (Layout::kThreads == 32) {
+    amax_bits = device::warp::reduce_max(amax_bits);
+  } else {
+    device::cta::reduce_max(amax_bits, smem, 0u);
+    __syncthreads();
+    amax_bits = smem[0];
+  }
+  const float scale = __fdiv_rn(__uint_as_float(amax_bits), DTypeTrait<fp8_e4m3_t>::kFloatMax);
+  const bool zero_row = scale == 0.0f;
+  if (threadIdx.x == 0) scales[row] = scale;
+
+  KERNKIT_UNROLL
+  for (int64_t it = 0; it < Layout::kIters; ++it) {
+    const int64_t j = it * Layout::kThreads + threadIdx.x;
+    if (Layout::kExact || j < Layout::kVecs) {
+      if constexpr (kPacked) {
+        device::AlignedVector<fp8x4_e4m3_t, kVecN / 4> out;
+        KERNKIT_UNROLL
+        for (int k = 0; k < kVecN / 4; ++k) {
+          fp32x4_t f;
+          f.x = device::quant::divide(v[it][4 * k + 0], scale, zero_row);
+          f.y = device::quant::divide(v[it][4 * k + 1], scale, zero_row);
+          f.z = device::quant::divide(v[it][4 * k + 2], scale, zero_row);
+          f.w = device::quant::divide(v[it][4 * k + 3], scale, zero_row);
+          out[k] = device::cast<fp8x4_e4m3_t>(f);
+        }
+        out.store(reinterpret_cast<fp8x4_e4m3_t*>(dst), j);
+      } else {
+        KERNKIT_UNROLL
+        for (int k = 0; k < kVecN; ++k) {
+          dst[j * kVecN + k] = device::cast<fp8_e4m3_t>(device::quant::divide(v[it][k], scale, zero_row));
+        }
+      }
+    }
+  }
+
+  device::PDLTriggerSecondary<kUsePDL>();
+}
+
+/// \brief Host launcher of `per_token_quant_fp8_kernel`: checks the tensors, picks the vector
+/// width, launches one CTA per row.
+///
+/// `x` is `[rows, kHidden]` of dtype `T`, contiguous within a row, any non-negative row stride
+/// (rows may even repeat: it is only read); `q` is `[rows, kHidden]` fp8 E4M3 and `scales`
+/// `[rows, 1]` fp32, both contiguous, neither sharing memory with anything else. All on one
+/// CUDA device (CPU tensors under the emulator). No rows launches nothing.
+/// \tparam T Input element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row.
+/// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \param q Output: the quantized rows (named `out` in errors: the op's `out=`).
+/// \param scales Output: one scale per row.
+/// \param x Input rows.
+template <typename T, int64_t kHidden, bool kUsePDL>
+void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tvm::ffi::TensorView x) {
+  using namespace host;
+  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
+                "per_token_quant_fp8: T must be fp16_t, bf16_t or fp32_t");
+  static_assert(kHidden > 0 && kHidden <= (int64_t{1} << 20), "per_token_quant_fp8: kHidden must be in [1, 2**20]");
+
+  constexpr int kVecN = 16 / sizeof(T);
+  using VecLayout = device::quant::RowLayout<kHidden, kVecN>;  // named before `device` below hides the namespace
+  using ScalarLayout = device::quant::RowLayout<kHidden, 1>;
+
+  SymbolicSize rows{"rows"};
+  SymbolicSize x_stride{"row_stride"};
+  SymbolicDevice device;
+  TensorMatcher({rows, kHidden})
+      .with_strides({x_stride, 1})
+      .with_device<kDLCUDA>(device)
+      .with_dtype<T>()
+      .verify(x, "x");
+  TensorMatcher({rows, kHidden}).with_device<kDLCUDA>(device).with_dtype<fp8_e4m3_t>().verify(q, "out");
+  TensorMatcher({rows, 1}).with_device<kDLCUDA>(device).with_dtype<fp32_t>().verify(scales, "scales");
+  const int64_t n = rows.unwrap();
+  const int64_t stride = n > 1 ? x_stride.unwrap() : kHidden;  // one row: its stride forms no address
+  KERNKIT_CHECK(stride >= 0, ValueError) << "'x': expected a non-negative row stride, got " << stride;
+  check_no_overlap({{q, "out"}, {scales, "scales"}}, {{x, "x"}});
+  if (n == 0) return;
+  KERNKIT_CHECK(n <= int64_t{0x7FFFFFFF}, ValueError) << "'x': at most 2**31 - 1 rows, got " << n;
+
+  // 16-byte loads need every row of x aligned to 16 bytes, and the packed stores every row of q
+  // aligned to its vector of fp8 values; otherwise the scalar variant of the same module runs.
+  fp8_e4m3_t* const q_ptr = data_ptr<fp8_e4m3_t>(q);
+  fp32_t* const scales_ptr = data_ptr<fp32_t>(scales);
+  const T* const x_ptr = data_ptr<const T>(x);
+  const bool aligned = kHidden % kVecN == 0 && reinterpret_cast<uintptr_t>(x_ptr) % 16 == 0 &&
+                       (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(q_ptr) % kVecN == 0;
+  const auto grid = static_cast<uint32_t>(n);
+  if constexpr (kHidden % kVecN == 0) {
+    if (aligned) {
+      const auto kernel = per_token_quant_fp8_kernel<T, kHidden, kVecN, kUsePDL>;
+      LaunchKernel(grid, static_cast<uint32_t>(VecLayout::kThreads), device.unwrap())
+          .enable_pdl(kUsePDL)(kernel, q_ptr, scales_ptr, x_ptr, stride);
+      return;
+    }
+  }
+  const auto kernel = per_token_quant_fp8_kernel<T, kHidden, 1, kUsePDL>;
+  LaunchKernel(grid, static_cast<uint32_t>(ScalarLayout::kThreads), device.unwrap())
+      .enable_pdl(kUsePDL)(kernel, q_ptr, scales_ptr, x_ptr, stride);
+}
+
+}  // namespace kernkit

@@ -1,0 +1,150 @@
+"""``rmsnorm`` and ``fused_add_rmsnorm``: RMS normalization of the rows of ``[..., hidden]``
+tensors, and the residual-add variant of a transformer layer's boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import torch
+
+from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from .registry import register_op
+
+#: The dtypes the norm kernels are specialized for.
+NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+#: The longest row a specialization takes, in bytes: 1024 threads x 16 vectors of 16 bytes.
+MAX_ROW_BYTES = 1024 * 16 * 16
+
+_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def _check_hidden(dtype: torch.dtype, hidden: int) -> None:
+    """A ``ValueError`` naming ``'x'`` unless rows of ``hidden`` elements of ``dtype`` are whole
+    16-byte vectors, at most ``MAX_ROW_BYTES`` of them."""
+    vec = 16 // dtype.itemsize
+    if hidden < 0:
+        raise ValueError("'x': expected a [..., hidden] tensor, got a 0-d tensor")
+    if hidden == 0 or hidden % vec or hidden * dtype.itemsize > MAX_ROW_BYTES:
+        raise ValueError(f"'x': hidden size {hidden} is not supported for {_NAMES[dtype]}: rows must be a positive "
+                         f"multiple of {vec} elements (16 bytes) and at most {MAX_ROW_BYTES // dtype.itemsize}")
+
+
+def norm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None) -> JitSpec:
+    """The build of one specialization of both norm ops, for rows of ``hidden`` elements of
+    ``dtype``: the factory below and ``warmup`` share it."""
+    if dtype not in NORM_DTYPES:
+        raise TypeError(f"'x': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
+    _check_hidden(dtype, hidden)
+    args = make_cpp_args(dtype, hidden, backend != "emu" and is_arch_support_pdl())
+    return JitSpec.make("rmsnorm", *args, cuda_files=["norm/rmsnorm.cuh"],
+                        cuda_wrappers=[("rmsnorm", f"rmsnorm<{args}>"),
+                                       ("fused_add_rmsnorm", f"fused_add_rmsnorm<{args}>")], backend=backend)
+
+
+@cache_once
+def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
+    # Runs once per (dtype, hidden, device kind): the dtype and hidden size are checked here.
+    return norm_spec(dtype, hidden, None if is_cuda else "emu").build_and_load()
+
+
+def _out(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = NORM_DTYPES, head_dim: int | None = None,
+                     backend: str | None = None, **unused: object) -> list[JitSpec]:
+    """Builds for a model: rows of ``hidden_size`` (the layer norms) and, when given, of
+    ``head_dim`` (a per-head q/k norm, as Qwen3's), for each dtype; the other model-shape
+    keywords are not needed."""
+    sizes = [s for s in dict.fromkeys((hidden_size, head_dim)) if s is not None]
+    return [norm_spec(d, s, backend) for d in dict.fromkeys(dtypes) for s in sizes]
+
+
+@register_op(fake=_out, specializations=_specializations)
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+            out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in fp32, rounded once
+    to ``x.dtype``.
+
+    The sum of squares is accumulated in fp32 (each thread's elements in order, then a fixed
+    tree over the threads of a row), ``1 / sqrt`` is IEEE-rounded (no ``rsqrtf``), and the product is
+    ``(x * inv_rms) * weight``, as flashinfer's RMSNorm computes it. Against a float64 evaluation
+    of the formula on the same inputs, every element is within
+    ``(u + 128 * 2**-24) * |ref| + tiny`` where ``u`` is the unit roundoff of the dtype
+    (``2**-8`` bfloat16, ``2**-11`` float16, ``2**-24`` float32) and ``tiny`` the dtype's smallest
+    subnormal: the rounding of the result plus at most 128 fp32 ulps of the computation.
+    That holds while the squares stay in fp32's normal range (roughly ``1e-19 < |x| < 1e19``):
+    a row whose squares overflow gives zeros, and ``eps = 0`` with a row of zeros gives NaN (as
+    the formula does). The GPU and the CPU emulator give the same bits.
+
+    Parameters
+    ----------
+    x
+        ``[..., hidden]``, float16, bfloat16 or float32, on a CUDA device (or on the CPU, through
+        kernkit's CPU emulator). The last dimension is contiguous; rows may be strided, as long
+        as the leading dimensions collapse into one row stride (``x[:, :hidden]`` of a wider
+        tensor does; a transposed batch does not and is refused). The first element and the row
+        stride lie on 16-byte boundaries, and ``hidden`` is a multiple of 16 bytes (8 halves, 4
+        floats) up to 256 KiB; other inputs are refused with a ``ValueError``.
+    weight
+        ``[hidden]``, contiguous, of ``x``'s dtype.
+    eps
+        Added to the mean of squares; finite and >= 0.
+    out
+        Optional, of ``x``'s shape and dtype, rows may be strided; shares no memory with ``x``
+        or ``weight``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``out``, or a new contiguous tensor shaped like ``x``.
+
+    Example
+    -------
+    >>> x = torch.randn(16, 4096, dtype=torch.bfloat16)
+    >>> w = torch.ones(4096, dtype=torch.bfloat16)
+    >>> y = rmsnorm(x, w, 1e-6)  # doctest: +SKIP
+    """
+    if out is None:
+        out = _out(x, weight, eps)
+    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda).rmsnorm(out, x, weight, eps)
+    return out
+
+
+@register_op(mutates_args=("x", "residual"), specializations=_specializations)
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+    """In place: ``residual = x + residual``, then ``x = rmsnorm(residual) * weight``, as
+    sglang's ``fused_add_rmsnorm`` (flashinfer's FusedAddRMSNorm kernel) computes it.
+
+    Where the sum is rounded: ``x + residual`` is computed in fp32; ``residual`` receives that sum
+    rounded once to the dtype (bit for bit ``(x.float() + residual.float()).to(dtype)``), while
+    the normalization uses the fp32 sum itself, not the rounded copy. So ``x`` equals
+    ``rmsnorm`` of the fp32 sum, which for float16/bfloat16 can differ in the last bit from
+    ``rmsnorm(residual)`` of the stored residual. The tolerance of ``x`` against a float64
+    evaluation (of the fp32 sum) is that of ``rmsnorm``.
+
+    Parameters
+    ----------
+    x
+        ``[..., hidden]``, float16, bfloat16 or float32, rows may be strided (as for
+        ``rmsnorm``); overwritten with the normalized sum.
+    residual
+        ``x``'s shape and dtype, rows may be strided; overwritten with the sum. Shares no memory
+        with ``x`` or ``weight``.
+    weight
+        ``[hidden]``, contiguous, of ``x``'s dtype.
+    eps
+        Added to the mean of squares; finite and >= 0.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> x, residual = torch.randn(2, 16, 4096, dtype=torch.bfloat16)
+    >>> fused_add_rmsnorm(x, residual, torch.ones(4096, dtype=torch.bfloat16))  # doctest: +SKIP
+    """
+    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda).fused_add_rmsnorm(x, residual, weight, eps)

@@ -1,0 +1,230 @@
+"""kernkit.ops.silu_and_mul and gelu_and_mul on CPU tensors, through the CPU emulator (the same
+kernel template the GPU runs): within the documented tolerance of a float64 evaluation of the
+formulas (exhaustively over every bf16 and fp16 gate value, densely in fp32), the same bits
+whatever the layout of x (vector and scalar paths), errors that name the argument and write
+nothing, the custom ops, the warmup specializations, and the hash tool's tolerance check.
+
+Builds: fp32 x (silu, gelu, gelu_tanh), bf16 x (silu, gelu, gelu_tanh), fp16 x silu."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import reference
+from kernkit.jit import JitSpec
+from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
+
+bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+ACTS = ["silu", "gelu", "gelu_tanh"]
+BUILDS = [(fp32, a) for a in ACTS] + [(bf16, a) for a in ACTS] + [(fp16, "silu")]
+
+
+def run(x: torch.Tensor, activation: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    if activation == "silu":
+        return silu_and_mul(x, out=out)
+    return gelu_and_mul(x, "tanh" if activation == "gelu_tanh" else "none", out=out)
+
+
+def build_id(b) -> str:
+    return f"{str(b[0]).removeprefix('torch.')}-{b[1]}"
+
+
+def assert_within_bound(got: torch.Tensor, x: torch.Tensor, activation: str) -> None:
+    """``got`` is within ``reference.act_and_mul_bound`` of the float64 result; where that rounds
+    to an infinity or is NaN, ``got`` is that infinity / NaN."""
+    ref = reference.act_and_mul(x, activation)
+    assert got.shape == ref.shape and got.dtype == x.dtype
+    special = ~ref.to(x.dtype).isfinite()
+    assert torch.equal(got[special].isnan(), ref[special].isnan())
+    assert torch.equal(got[special & ~ref.isnan()], ref[special & ~ref.isnan()].to(x.dtype))
+    assert bool(got[~special].isfinite().all()), "a finite result came out infinite or NaN"
+    err = (got[~special].double() - ref[~special]).abs()
+    bound = reference.act_and_mul_bound(x, ref, activation)[~special]
+    worst = int((err / bound).argmax()) if err.numel() else 0
+    assert bool((err <= bound).all()), (
+        f"{activation} {x.dtype}: error {err[worst].item():.3g} > bound {bound[worst].item():.3g} "
+        f"at ref {ref[~special][worst].item()!r}")
+
+
+def randn_x(rows: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, 2 * d, generator=g) * 3).to(dtype)
+
+
+@pytest.mark.parametrize("build", BUILDS, ids=build_id)
+@pytest.mark.parametrize("rows,d", [(1, 8), (3, 40), (2, 1000), (2, 2104), (5, 13)])
+def test_random_rows_within_tolerance(build, rows, d):
+    dtype, act = build
+    x = randn_x(rows, d, dtype, seed=rows * 1000 + d)
+    assert_within_bound(run(x, act), x, act)
+
+
+@pytest.mark.parametrize("build", [b for b in BUILDS if b[0] != fp32], ids=build_id)
+def test_every_half_precision_gate_value(build):
+    """All 65536 bit patterns as the gate (NaNs and infinities too), up = 1 and up = -3.5."""
+    dtype, act = build
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256)
+    for up in (1.0, -3.5):
+        x = torch.cat([gate, torch.full_like(gate, up)], dim=-1)
+        assert_within_bound(run(x, act), x, act)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_dense_fp32_sweep(act):
+    """fp32 gates over every range the activations switch formulas in (exp's subnormal results,
+    erfc's pieces, the sigmoid's cut at -160), up = 1.25."""
+    gate = torch.cat([torch.linspace(-120.0, 100.0, 40001), torch.linspace(-16.0, 16.0, 40001),
+                      torch.linspace(-1e-3, 1e-3, 2001), torch.tensor([1e-40, -1e-40, 3e38, -3e38, 0.0, -0.0])])
+    x = torch.stack([gate, torch.full_like(gate, 1.25)], dim=-1).reshape(-1, 2)
+    assert_within_bound(run(x, act), x, act)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_fp32_extreme_up_values(act):
+    """Tiny and huge up values against gates whose activation is tiny: the power of two of the
+    exponential is applied last, so neither a subnormal nor an overflowing intermediate spoils a
+    representable result (silu(-170) * 3e38 is about 1e-34)."""
+    gate = torch.cat([torch.linspace(-210.0, 20.0, 4001), torch.tensor([1e-40, -1e-40, 1e-30, -1e-30])])
+    for up in (3e38, -1e37, 1e30, 31.0, 1e-30, -1e-38):
+        x = torch.stack([gate, torch.full_like(gate, up)], dim=-1).reshape(-1, 2)
+        assert_within_bound(run(x, act), x, act)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_special_values(act):
+    inf, nan = float("inf"), float("nan")
+    gate = torch.tensor([inf, -inf, nan, 0.0, -0.0, 1.0])
+    x = torch.stack([gate, torch.tensor([2.0, 2.0, 2.0, 2.0, 2.0, nan])], dim=-1).reshape(-1, 2)
+    got = run(x, act).reshape(-1)
+    assert got[0].item() == inf, "act(inf) * 2 = inf"
+    assert got[1].isnan(), "act(-inf) = -inf * 0 = NaN, as torch's formula gives"
+    assert got[2].isnan() and got[5].isnan(), "NaN in, NaN out"
+    assert got[3].item() == 0.0 and got[4].item() == 0.0
+
+
+@pytest.mark.parametrize("build", [(fp32, "gelu"), (bf16, "silu")], ids=build_id)
+def test_same_bits_whatever_the_layout(build):
+    """Strided rows (a slice of a wider tensor), misaligned starts and row strides (the scalar
+    path), 1-d and 3-d x: each gives the bits of the contiguous 2-d call."""
+    dtype, act = build
+    d = 40
+    wide = randn_x(6, 3 * d + 3, dtype, seed=7).reshape(6, -1)
+    views = {
+        "aligned rows, padded stride": wide[:, : 2 * d],
+        "misaligned start": wide[:, 1 : 2 * d + 1],
+        "odd row stride": wide.reshape(-1)[: 6 * (2 * d + 1)].view(6, 2 * d + 1)[:, : 2 * d],
+        "expanded row": wide[:1, : 2 * d].expand(6, 2 * d),
+    }
+    for name, x in views.items():
+        want = run(x.contiguous(), act)
+        assert torch.equal(run(x, act), want), name
+        assert torch.equal(run(x.reshape(2, 3, 2 * d) if x.is_contiguous() else x.unflatten(0, (2, 3)), act),
+                           want.reshape(2, 3, d)), name + ", 3-d"
+    one = wide[2, : 2 * d]
+    assert torch.equal(run(one, act), run(one.reshape(1, -1), act).reshape(-1)), "1-d"
+    odd = randn_x(3, 7, dtype, seed=3)  # d = 7: the scalar path whatever the alignment
+    assert_within_bound(run(odd, act), odd, act)
+
+
+def test_out_is_written_and_returned():
+    x = randn_x(4, 24, bf16, seed=1)
+    out = torch.full((4, 24), 7.0, dtype=bf16)
+    assert silu_and_mul(x, out=out) is out
+    assert torch.equal(out, silu_and_mul(x))
+    out3 = torch.full((2, 2, 24), 7.0, dtype=bf16)
+    assert gelu_and_mul(x.reshape(2, 2, 48), "tanh", out=out3) is out3
+    assert torch.equal(out3.reshape(4, 24), gelu_and_mul(x, approximate="tanh"))
+
+
+def test_empty_tensors_launch_nothing():
+    assert silu_and_mul(torch.empty(0, 16, dtype=fp32)).shape == (0, 8)
+    assert silu_and_mul(torch.empty(3, 0, dtype=fp32)).shape == (3, 0)
+    assert gelu_and_mul(torch.empty(2, 0, 8, dtype=bf16)).shape == (2, 0, 4)
+
+
+def _errors_case(x, out, exc, match):
+    if out is not None:
+        out.fill_(7.0)
+    before = None if out is None else out.clone()
+    with pytest.raises(exc, match=match):
+        silu_and_mul(x, out=out)
+    if out is not None:
+        assert torch.equal(out, before), "out was written by a call that raised"
+
+
+def test_errors_name_the_argument_and_write_nothing():
+    x = randn_x(4, 16, fp32, seed=2)
+    _errors_case(torch.zeros(4, 32, dtype=torch.int32), None, TypeError,
+                 r"^'x': unsupported dtype torch.int32; supported: float16, bfloat16, float32$")
+    _errors_case(x, torch.zeros(4, 16, dtype=bf16), TypeError, r"^'out': expected dtype float32, got bfloat16$")
+    _errors_case(torch.zeros(4, 33), torch.zeros(4, 16), ValueError,
+                 r"^'x': the last dimension .* must be even, got 33$")
+    _errors_case(x, torch.zeros(4, 17), ValueError, r"^'out'.*17")
+    _errors_case(x, torch.zeros(5, 16), ValueError, r"^'out'.*5")
+    _errors_case(x, torch.zeros(16, 4).t(), ValueError, r"^'out': expected a contiguous tensor")
+    _errors_case(x.t(), None, ValueError, r"^'x'")  # the last dimension is strided
+    _errors_case(torch.zeros(2, 2, 2, 32), None, ValueError, r"^'x': expected a 1-d .* got 4-d$")
+    _errors_case(torch.zeros(()), None, ValueError, r"^'x': expected a 1-d .* got 0-d$")
+    _errors_case(torch.zeros(2, 3, 32)[:, ::2], None, ValueError, r"^'x': the rows of a 3-d tensor must be evenly")
+    buf = torch.randn(64)
+    _errors_case(buf[:32], buf[8:24], ValueError, r"^'out' and 'x' overlap in memory")
+    with pytest.raises(ValueError, match=r"^'approximate': expected 'none' or 'tanh', got 'erf'$"):
+        gelu_and_mul(x, approximate="erf")
+
+
+def test_custom_ops_for_torch_compile():
+    x = randn_x(2, 8, fp32, seed=4)
+    assert torch.equal(torch.ops.kernkit.silu_and_mul(x), silu_and_mul(x))
+    out = torch.empty(2, 8)
+    torch.ops.kernkit.gelu_and_mul_out(out, x, "none")
+    assert torch.equal(out, gelu_and_mul(x))
+    traced = torch.compile(lambda t: silu_and_mul(t) + gelu_and_mul(t, "tanh"), backend="aot_eager", fullgraph=True)
+    assert torch.equal(traced(x), silu_and_mul(x) + gelu_and_mul(x, "tanh"))
+
+
+def test_specializations_describe_the_builds():
+    ops = {op.qualname: op.specializations for op in registered_ops()}
+    silu = ops["kernkit::silu_and_mul"](dtypes=[bf16, fp32, bf16], backend="emu", hidden_size=4096)
+    assert [s.title for s in silu] == ["silu_and_mul<bf16_t, 0, false>", "silu_and_mul<fp32_t, 0, false>"]
+    gelu = ops["kernkit::gelu_and_mul"](dtypes=[fp16], backend="emu", num_heads=8)
+    assert [s.title for s in gelu] == ["gelu_and_mul<fp16_t, 1, false>", "gelu_tanh_and_mul<fp16_t, 2, false>"]
+    assert [s.title for s in ops["kernkit::gelu_and_mul"](dtypes=[fp16], backend="emu", approximate="tanh")] == \
+        ["gelu_tanh_and_mul<fp16_t, 2, false>"]
+    assert all(isinstance(s, JitSpec) and s.backend == "emu" for s in silu + gelu)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ops["kernkit::silu_and_mul"](dtypes=[torch.int8])
+    with pytest.raises(ValueError, match="'approximate'"):
+        ops["kernkit::gelu_and_mul"](approximate=["exact"])
+
+
+def _hash_tool():
+    """tools/kernel_hashes.py as a module (as tests/test_kernel_hashes.py loads it)."""
+    name = "kernel_hashes"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_hash_cases_check_the_tolerance_before_hashing(monkeypatch):
+    """tools/kernel_hashes.py hashes an activation's output only within the documented
+    tolerance of the float64 formula: a result 1% off fails loudly, naming the case."""
+    kh = _hash_tool()
+    case = next(c for c in kh.cases() if c.name == "silu_and_mul/silu-bf16-d1000-r7")
+    assert set(kh.run_case(case, torch.device("cpu"))) == {"out"}
+    real = kh.ops.silu_and_mul
+
+    def one_percent_off(x, out=None):
+        return real(x, out=out).mul_(1.01)
+
+    monkeypatch.setattr(kh.ops, "silu_and_mul", one_percent_off)
+    with pytest.raises(kh.ReferenceMismatch, match="silu_and_mul/silu-bf16-d1000-r7: 'out' is not within"):
+        kh.run_case(case, torch.device("cpu"))

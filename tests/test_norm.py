@@ -1,0 +1,313 @@
+"""kernkit.ops.rmsnorm and kernkit.ops.fused_add_rmsnorm on CPU tensors, through the CPU
+emulator: the GPU's kernel templates against a float64 evaluation within the tolerance the
+docstrings state, strided and multi-dimensional rows, where the fused op rounds the sum, and the
+errors of bad calls (each naming the argument, with nothing written).
+
+Specializations built (each costs an emulator build): bf16 x 4096 (a block per row, 128 threads
+of 4 vectors), bf16 x 1024 (one warp per row), fp16 x 128 (groups of 4 lanes, several rows per
+block), fp32 x 1000 (a block of 64 threads whose last vectors are missing)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import reference as kernel_order
+from kernkit.jit import JitSpec
+from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
+
+bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+
+#: (dtype, hidden) of every build these tests use.
+BUILDS = [(bf16, 4096), (bf16, 1024), (fp16, 128), (fp32, 1000)]
+
+#: Unit roundoff of each dtype.
+UNIT = {bf16: 2.0**-8, fp16: 2.0**-11, fp32: 2.0**-24}
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The formula in float64 (of the values ``x`` holds, whatever its dtype)."""
+    x = x.double()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
+
+
+def assert_within_tolerance(got: torch.Tensor, want: torch.Tensor) -> None:
+    """The docstring's bound: ``(u + 128 * 2**-24) * |ref| + smallest subnormal``."""
+    fi = torch.finfo(got.dtype)
+    bound = (UNIT[got.dtype] + 128 * 2.0**-24) * want.abs() + fi.smallest_normal * fi.eps
+    err = (got.double() - want).abs()
+    assert torch.isfinite(got).all()
+    worst = (err / bound).max().item() if err.numel() else 0.0
+    assert worst <= 1.0, f"error {worst:.3g} times the stated bound"
+
+
+def randn(shape, dtype, seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(dtype)
+
+
+@pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
+@pytest.mark.parametrize("lead", [(), (1,), (7,), (2, 3), (0,)], ids=str)
+def test_rmsnorm_within_the_stated_tolerance(dtype, hidden, lead):
+    x = randn((*lead, hidden), dtype, hidden + len(lead), scale=3.0)
+    w = randn((hidden,), dtype, 1)
+    for eps in (1e-6, 1e-2):
+        y = rmsnorm(x, w, eps)
+        assert y.shape == x.shape and y.dtype == dtype and y.is_contiguous()
+        assert_within_tolerance(y, reference(x, w, eps))
+
+
+@pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
+def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden):
+    """``tests/reference.py`` (``kernel_order``) repeats the kernel's fp32 operations in its order (what
+    ``tools/kernel_hashes.py`` compares byte for byte): the emulator matches it exactly, for
+    rows of several magnitudes."""
+    g = torch.Generator().manual_seed(hidden)
+    mag = torch.exp2(torch.randint(-8, 9, (37, 1), generator=g).float())
+    x = (torch.randn(37, hidden, generator=g) * mag).to(dtype)
+    r = (torch.randn(37, hidden, generator=g) * mag).to(dtype)
+    w = torch.randn(hidden, generator=g).to(dtype)
+    want = torch.empty_like(x)
+    kernel_order.rmsnorm(want, x, w, 1e-5)
+    assert torch.equal(rmsnorm(x, w, 1e-5), want)
+    x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+    kernel_order.fused_add_rmsnorm(x1, r1, w, 1e-5)
+    fused_add_rmsnorm(x2, r2, w, 1e-5)
+    assert torch.equal(x2, x1) and torch.equal(r2, r1)
+
+
+def test_rmsnorm_is_not_the_identity_or_unweighted():
+    """The tolerance test fails for a kernel that skips the scaling or the weight."""
+    x, w = randn((4, 1024), bf16, 3, scale=5.0), randn((1024,), bf16, 4)
+    y = rmsnorm(x, w)
+    unweighted = reference(x, torch.ones_like(w), 1e-6)
+    assert (y.double() - unweighted).abs().max() > 0.1
+    assert (y.double() - x.double()).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1e3])
+def test_rmsnorm_is_scale_invariant_away_from_eps(scale):
+    x, w = randn((3, 128), fp16, 5), randn((128,), fp16, 6)
+    y = rmsnorm(x, w, 0.0)
+    z = rmsnorm((x.float() * scale).to(fp16), w, 0.0)
+    assert_within_tolerance(y, reference(x, w, 0.0))
+    assert_within_tolerance(z, reference((x.float() * scale).to(fp16), w, 0.0))
+
+
+def test_rmsnorm_special_rows():
+    """A row of zeros gives zeros (1 / sqrt(eps) times 0); a constant row c gives
+    c / sqrt(c**2 + eps) * weight."""
+    w = randn((1000,), fp32, 7)
+    x = torch.zeros(2, 1000)
+    x[1] = 0.5
+    y = rmsnorm(x, w, 1e-2)
+    assert torch.equal(y[0], torch.zeros(1000))
+    assert_within_tolerance(y[1], 0.5 / (0.25 + 1e-2) ** 0.5 * w.double())
+    # Outside the stated range, as the docstring says: squares that overflow fp32 give zeros,
+    # eps = 0 with a zero row gives NaN (0 * inf), as the formula evaluated in fp32 does.
+    big = torch.full((1, 1024), 1e30, dtype=bf16)
+    assert torch.equal(rmsnorm(big, torch.ones(1024, dtype=bf16)).abs(), torch.zeros(1, 1024, dtype=bf16))
+    assert torch.isnan(rmsnorm(torch.zeros(1, 1024, dtype=bf16), torch.ones(1024, dtype=bf16), 0.0)).all()
+
+
+def test_strided_rows_in_and_out_and_nothing_else_written():
+    buf = randn((6, 3 * 1024), bf16, 8)
+    x = buf[:, 1024:2048]  # rows 3072 elements apart
+    w = randn((1024,), bf16, 9)
+    outbuf = torch.full((6, 2048), 7.0, dtype=bf16)
+    out = outbuf[:, :1024]
+    result = rmsnorm(x, w, 1e-6, out=out)
+    assert result is out
+    assert_within_tolerance(out, reference(x, w, 1e-6))
+    assert torch.equal(outbuf[:, 1024:], torch.full((6, 1024), 7.0, dtype=bf16))
+
+
+def test_collapsible_leading_dimensions_are_flattened():
+    """[2, 3, hidden] views of a [2, 3, 2 * hidden] buffer: the leading dimensions step evenly,
+    as do size-1 dimensions with any stride."""
+    buf = randn((2, 3, 256), fp16, 10)
+    x = buf[:, :, :128]
+    w = randn((128,), fp16, 11)
+    assert_within_tolerance(rmsnorm(x, w), reference(x, w, 1e-6))
+    y = randn((5, 1, 128), fp16, 12)
+    assert_within_tolerance(rmsnorm(y, w), reference(y, w, 1e-6))
+
+
+def test_leading_dimensions_that_do_not_collapse_are_refused():
+    x = randn((3, 2, 128), fp16, 13).transpose(0, 1)  # [2, 3, 128] with strides (128, 256, 1)
+    with pytest.raises(ValueError, match=r"^'x': the leading dimensions .* do not collapse"):
+        rmsnorm(x, torch.ones(128, dtype=fp16))
+
+
+def test_fused_add_rmsnorm_residual_is_the_rounded_fp32_sum():
+    x, r, w = randn((5, 4096), bf16, 14), randn((5, 4096), bf16, 15), randn((4096,), bf16, 16)
+    s = x.float() + r.float()
+    xp, rp = x.data_ptr(), r.data_ptr()
+    assert fused_add_rmsnorm(x, r, w, 1e-6) is None
+    assert x.data_ptr() == xp and r.data_ptr() == rp
+    assert torch.equal(r, s.to(bf16))
+    assert_within_tolerance(x, reference(s, w, 1e-6))
+
+
+def test_fused_add_rmsnorm_normalizes_the_fp32_sum_not_the_rounded_one():
+    """As flashinfer: x is rmsnorm of the unrounded fp32 sum. The inputs are chosen so that the
+    sum needs more bits than bfloat16 has (x + r where r is small against x), so normalizing
+    the rounded sum gives a visibly different result."""
+    g = torch.Generator().manual_seed(17)
+    x = (torch.randn(8, 1024, generator=g) * 4).to(bf16)
+    r = (torch.randn(8, 1024, generator=g) * 0.02).to(bf16)
+    w = torch.ones(1024, dtype=bf16)
+    s = x.float() + r.float()
+    from_fp32 = reference(s, w, 1e-6).to(bf16)
+    from_rounded = reference(s.to(bf16), w, 1e-6).to(bf16)
+    assert (from_fp32 != from_rounded).float().mean() > 0.05  # the two readings differ
+    fused_add_rmsnorm(x, r, w, 1e-6)
+    agree_fp32 = (x == from_fp32).float().mean().item()
+    agree_rounded = (x == from_rounded).float().mean().item()
+    assert agree_fp32 > 0.99 and agree_rounded < agree_fp32 - 0.04, (agree_fp32, agree_rounded)
+
+
+@pytest.mark.parametrize("dtype,hidden", [(fp16, 128), (fp32, 1000)], ids=str)
+def test_fused_add_rmsnorm_strided_rows(dtype, hidden):
+    xbuf, rbuf = randn((3, 4, 2 * hidden), dtype, 18), randn((3, 4, 3 * hidden), dtype, 19)
+    x, r = xbuf[..., :hidden], rbuf[..., hidden : 2 * hidden]
+    w = randn((hidden,), dtype, 20)
+    x_rest, r_rest = xbuf[..., hidden:].clone(), torch.cat([rbuf[..., :hidden], rbuf[..., 2 * hidden :]], -1)
+    s = x.float() + r.float()
+    fused_add_rmsnorm(x, r, w, 1e-5)
+    assert torch.equal(r, s.to(dtype))
+    assert_within_tolerance(x, reference(s, w, 1e-5))
+    assert torch.equal(xbuf[..., hidden:], x_rest)
+    assert torch.equal(torch.cat([rbuf[..., :hidden], rbuf[..., 2 * hidden :]], -1), r_rest)
+
+
+def test_custom_ops_match_the_functions():
+    x, w = randn((3, 128), fp16, 21), randn((128,), fp16, 22)
+    assert torch.equal(torch.ops.kernkit.rmsnorm(x, w, 1e-6), rmsnorm(x, w, 1e-6))
+    out = torch.empty_like(x)
+    torch.ops.kernkit.rmsnorm_out(out, x, w, 1e-6)
+    assert torch.equal(out, rmsnorm(x, w, 1e-6))
+    r = randn((3, 128), fp16, 23)
+    x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+    torch.ops.kernkit.fused_add_rmsnorm(x1, r1, w, 1e-6)
+    fused_add_rmsnorm(x2, r2, w, 1e-6)
+    assert torch.equal(x1, x2) and torch.equal(r1, r2)
+
+
+def test_opcheck_and_declared_mutations():
+    """torch.library.opcheck (schema, fake implementation, AOT dispatch with dynamic shapes) of
+    the three custom ops; fused_add_rmsnorm declares that it writes x and residual."""
+    x, w, r = randn((3, 128), fp16, 29), randn((128,), fp16, 30), randn((3, 128), fp16, 31)
+    torch.library.opcheck(torch.ops.kernkit.rmsnorm.default, (x, w, 1e-6))
+    torch.library.opcheck(torch.ops.kernkit.rmsnorm_out.default, (torch.empty_like(x), x, w, 1e-6))
+    torch.library.opcheck(torch.ops.kernkit.fused_add_rmsnorm.default, (x.clone(), r.clone(), w, 1e-6))
+    schema = str(torch.ops.kernkit.fused_add_rmsnorm.default._schema)
+    assert re.search(r"\(Tensor\(\w+!\) x, Tensor\(\w+!\) residual, Tensor weight, float eps", schema), schema
+    assert "!" not in str(torch.ops.kernkit.rmsnorm.default._schema)
+
+
+# ------------------------------------------------------------------------------------------
+# Bad calls: a clear exception naming the argument, and nothing written
+
+
+def _unchanged(*tensors):
+    return [t.clone() for t in tensors]
+
+
+def _assert_same(before, after):
+    """Byte for byte (NaN bit patterns included)."""
+    assert all(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+               for a, b in zip(before, after))
+
+
+def test_unsupported_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match=r"^'x': unsupported dtype torch.int32; supported: float16, bfloat16, float32$"):
+        rmsnorm(torch.ones(4, 8, dtype=torch.int32), torch.ones(8, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dtype,hidden", [(bf16, 100), (fp32, 6), (fp16, 0), (bf16, 1 << 18)], ids=str)
+def test_hidden_sizes_without_a_kernel_are_refused(dtype, hidden):
+    with pytest.raises(ValueError, match=rf"^'x': hidden size {hidden} is not supported"):
+        rmsnorm(torch.ones(2, hidden, dtype=dtype), torch.ones(hidden, dtype=dtype))
+
+
+def test_zero_dim_input_is_refused():
+    with pytest.raises(ValueError, match=r"^'x': expected a \[..., hidden\] tensor, got a 0-d tensor$"):
+        rmsnorm(torch.ones((), dtype=fp16), torch.ones(128, dtype=fp16))
+
+
+def test_launcher_errors_name_the_argument_and_write_nothing():
+    x, w = randn((4, 128), fp16, 24), randn((128,), fp16, 25)
+    base = torch.zeros(4 * 128 + 8, dtype=fp16)
+    cases = [
+        (dict(weight=torch.ones(64, dtype=fp16)), ValueError, r"^'weight': dimension 0 expected 128, got 64"),
+        (dict(weight=torch.ones(128, dtype=bf16)), TypeError, r"^'weight': expected dtype float16, got bfloat16$"),
+        (dict(weight=torch.ones(256, dtype=fp16)[::2]), ValueError, r"^'weight': expected a contiguous tensor"),
+        (dict(out=torch.empty(4, 128, dtype=fp32)), TypeError, r"^'out': expected dtype float16, got float32$"),
+        (dict(out=torch.empty(2, 2, 128, dtype=fp16)), ValueError,
+         r"^'out': expected shape \[4, 128\] \(from 'x'\), got \[2, 2, 128\]$"),
+        (dict(out=torch.empty(1, 128, dtype=fp16).expand(4, 128)), ValueError, r"^'out': rows overlap"),
+        (dict(out=torch.empty(128, 4, dtype=fp16).t()), ValueError, r"^'out': expected a contiguous last dimension"),
+        (dict(out=base[1 : 1 + 512].view(4, 128)), ValueError, r"^'out': rows must start on 16-byte boundaries"),
+        (dict(x=torch.empty(4, 264, dtype=fp16)[:, 4:132]), ValueError, r"^'x': rows must start on 16-byte"),
+        (dict(eps=-1e-6), ValueError, r"^'eps': expected a finite value >= 0"),
+        (dict(eps=float("nan")), ValueError, r"^'eps': expected a finite value >= 0"),
+        (dict(eps="1e-6"), TypeError, r"^'eps': expected a float, got str$"),
+        (dict(weight=None), TypeError, r"^'weight': expected a tensor, got NoneType$"),
+    ]
+    for change, exc, msg in cases:
+        args = dict(x=x, weight=w, eps=1e-6, out=torch.full((4, 128), 3.0, dtype=fp16))
+        args.update(change)
+        before = _unchanged(*(t for t in args.values() if isinstance(t, torch.Tensor)))
+        with pytest.raises(exc, match=msg):
+            rmsnorm(**args)
+        _assert_same(before, [t for t in args.values() if isinstance(t, torch.Tensor)])
+
+
+def test_out_overlapping_x_is_refused():
+    buf = randn((5 * 128,), fp16, 26)
+    before = buf.clone()
+    x = buf[: 4 * 128].view(4, 128)
+    for out in (x, buf[128:].view(4, 128)):
+        with pytest.raises(ValueError, match=r"^'out' and 'x' overlap in memory"):
+            rmsnorm(x, torch.ones(128, dtype=fp16), out=out)
+    assert torch.equal(buf, before)
+
+
+def test_fused_errors_name_the_argument_and_write_nothing():
+    buf = randn((5 * 128,), fp16, 27)
+    w = torch.ones(128, dtype=fp16)
+    x = buf[: 4 * 128].view(4, 128)
+    r = randn((4, 128), fp16, 28)
+    cases = [
+        (x, buf[128:].view(4, 128), ValueError, r"^'x' and 'residual' overlap in memory"),
+        (x, x, ValueError, r"^'x' and 'residual' overlap in memory"),
+        (x, r[:2], ValueError, r"^'residual': expected shape \[4, 128\] \(from 'x'\), got \[2, 128\]$"),
+        (x, r.float(), TypeError, r"^'residual': expected dtype float16, got float32$"),
+        (x, r[:1].expand(4, 128), ValueError, r"^'residual': rows overlap"),
+        (x[:1].expand(4, 128), r, ValueError, r"^'x': rows overlap"),
+    ]
+    for xx, rr, exc, msg in cases:
+        before = _unchanged(buf, r)
+        with pytest.raises(exc, match=msg):
+            fused_add_rmsnorm(xx, rr, w)
+        _assert_same(before, [buf, r])
+    with pytest.raises(ValueError, match=r"^'x' and 'weight' overlap in memory"):
+        fused_add_rmsnorm(x, r, buf[: 128])
+    assert torch.equal(r, _unchanged(r)[0])
+
+
+def test_specializations_describe_the_builds():
+    ops = {op.qualname: op for op in registered_ops()}
+    for name in ("kernkit::rmsnorm", "kernkit::fused_add_rmsnorm"):
+        specs = ops[name].specializations(dtypes=[bf16, fp16, bf16], hidden_size=4096, head_dim=128, num_heads=32,
+                                          backend="emu")
+        assert [s.title for s in specs] == ["rmsnorm<bf16_t, 4096, false>", "rmsnorm<bf16_t, 128, false>",
+                                            "rmsnorm<fp16_t, 4096, false>", "rmsnorm<fp16_t, 128, false>"]
+        assert all(isinstance(s, JitSpec) and s.backend == "emu" for s in specs)
+    with pytest.raises(ValueError, match="hidden size 100"):
+        ops["kernkit::rmsnorm"].specializations(dtypes=[bf16], hidden_size=100)
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        ops["kernkit::rmsnorm"].specializations(dtypes=[torch.int8], hidden_size=128)

@@ -141,38 +141,28 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
                 raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
             functional = _define(name, impl, rest, returns, mutates_args, fake)
 
+            # ``name_out`` writes ``out`` and returns what else the function returns: nothing, or,
+            # for a tuple whose first element is ``out`` (per_token_quant_fp8's ``(q, scales)``),
+            # the other outputs (one tensor, or a tuple of them), allocated by ``fake`` when traced.
+            others = _other_outputs(returns)
+            pair = others is not None and len(typing.get_args(returns)) == 2
+
+            def rest_of(result):
+                return None if others is None else result[1] if pair else tuple(result[1:])
+
             def out_impl(out, *args, **kwargs):
-                op_fn(*args, out=out, **kwargs)
+                return rest_of(op_fn(*args, out=out, **kwargs))
 
             out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-            others = _other_outputs(returns)
-            if others is None:
-                out_op = _define(f"{name}_out", out_impl, [out_param, *rest], None, (*mutates_args, "out"), _nothing)
+            out_fake = _nothing if others is None else lambda out, *args, **kwargs: rest_of(fake(*args, **kwargs))
+            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], others, (*mutates_args, "out"), out_fake)
 
-                def traced(*args, **kwargs):
-                    out = kwargs.pop("out", None)
-                    if out is None:
-                        return functional(*args, **kwargs)
-                    out_op(out, *args, **kwargs)
-                    return out
-            else:
-                # A tuple whose first element is ``out``: ``name_out`` writes ``out`` and returns
-                # the other outputs (one tensor, or a tuple of them), allocated in the fake as
-                # ``fake`` allocates them.
-                others_of = (lambda r: r[1]) if len(typing.get_args(returns)) == 2 else (lambda r: tuple(r[1:]))
-
-                def out_impl_returning(out, *args, **kwargs):
-                    return others_of(op_fn(*args, out=out, **kwargs))
-
-                out_op = _define(f"{name}_out", out_impl_returning, [out_param, *rest], others, (*mutates_args, "out"),
-                                 lambda out, *args, **kwargs: others_of(fake(*args, **kwargs)))
-
-                def traced(*args, **kwargs):
-                    out = kwargs.pop("out", None)
-                    if out is None:
-                        return functional(*args, **kwargs)
-                    result = out_op(out, *args, **kwargs)
-                    return (out, result) if len(typing.get_args(returns)) == 2 else (out, *result)
+            def traced(*args, **kwargs):
+                out = kwargs.pop("out", None)
+                if out is None:
+                    return functional(*args, **kwargs)
+                result = out_op(out, *args, **kwargs)
+                return out if others is None else (out, result) if pair else (out, *result)
 
         tensors = [p.name for p in params if torch.Tensor in (p.annotation, *typing.get_args(p.annotation))]
         op_fn = _wrapper(fn, sig, traced, lambda e, args, kwargs: _argument_error(sig, hints, args, kwargs),

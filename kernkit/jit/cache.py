@@ -269,3 +269,20 @@ def keep_failed(staging: Path, target: Path) -> Path:
         return target
     except (OSError, CacheDirError):
         return staging
+
+
+def note_frozen_compile(entry: dict) -> None:
+    """Append one compile done while frozen with ``warn`` to ``frozen-compiles.jsonl`` (one
+    ``write`` of one line, so lines of concurrent processes do not interleave)."""
+    ensure_dir(root())
+    with open(root() / "frozen-compiles.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def frozen_compiles() -> list[dict]:
+    """The compiles ``note_frozen_compile`` recorded, oldest first."""
+    try:
+        lines = (root() / "frozen-compiles.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]

@@ -16,6 +16,10 @@ ARCH_VAR = "KERNKIT_CUDA_ARCH"
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
 #: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``default_backend``).
 BACKEND_VAR = "KERNKIT_BACKEND"
+#: A manifest file: every specialization the process loads is recorded there (``manifest.py``).
+RECORD_VAR = "KERNKIT_RECORD"
+#: ``error`` or ``warn``: a compile is refused, or allowed and counted (``freeze``).
+FREEZE_VAR = "KERNKIT_FREEZE"
 
 
 def cache_dir() -> Path:
@@ -53,3 +57,30 @@ def default_backend() -> str:
     from .nvrtc import available
 
     return "nvrtc" if available() else "nvcc"
+
+
+def frozen() -> str | None:
+    """``error`` or ``warn`` when compiling is frozen (``KERNKIT_FREEZE``), else None."""
+    mode = os.environ.get(FREEZE_VAR, "").strip().lower()
+    return mode if mode in ("error", "warn") else None
+
+
+def freeze(mode: str = "error") -> None:
+    """From now on (in this process and the processes it starts), a specialization that is not
+    in the cache is not compiled silently: with ``mode="error"`` loading it raises
+    ``FrozenCompileError``; with ``"warn"`` it compiles, with a warning, and is counted in
+    ``<cache>/v2/frozen-compiles.jsonl`` (``doctor`` shows the count). Loading what is cached
+    stays allowed. Call it once a server has warmed up.
+
+    Parameters
+    ----------
+    mode
+        ``"error"`` or ``"warn"``; ``"off"`` lifts the freeze.
+
+    Example
+    -------
+    >>> kernkit.jit.freeze()  # doctest: +SKIP
+    """
+    if mode not in ("error", "warn", "off"):
+        raise ValueError(f"freeze: mode must be 'error', 'warn' or 'off', got {mode!r}")
+    os.environ[FREEZE_VAR] = mode

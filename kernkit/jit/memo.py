@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import threading
@@ -11,6 +12,10 @@ from typing import Any, TypeVar
 import torch
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The factory call being computed (``kernkit.ops.kvcache._module(torch.bfloat16, ...)``): what
+#: the JIT layer names as the cause of a build that is frozen (``freeze``).
+requester: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernkit_requester", default=None)
 
 
 def cache_once(fn: F) -> F:
@@ -39,7 +44,12 @@ def cache_once(fn: F) -> F:
             lock = locks.setdefault(key, threading.Lock())
         with lock:
             if key not in cache:
-                cache[key] = fn(*args, **kwargs)
+                call = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+                token = requester.set(f"{fn.__module__}.{fn.__qualname__}({call})")
+                try:
+                    cache[key] = fn(*args, **kwargs)
+                finally:
+                    requester.reset(token)
             return cache[key]
 
     @functools.wraps(fn)

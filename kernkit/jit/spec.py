@@ -25,7 +25,9 @@ from . import cache
 from .arch import CudaArch, target_arch
 from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, Backend, CompileError,
                        ToolchainError, stamp, version)
-from .config import JIT_VAR, default_backend, emu_sanitizers, jit_enabled
+from . import manifest
+from .config import FREEZE_VAR, JIT_VAR, default_backend, emu_sanitizers, frozen, jit_enabled
+from .memo import requester
 
 logger = logging.getLogger("kernkit.jit")
 
@@ -35,6 +37,10 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
 
 class JitDisabledError(RuntimeError):
     """``KERNKIT_JIT=off`` and the requested specialization is not in the cache."""
+
+
+class FrozenCompileError(RuntimeError):
+    """A specialization that is not built was requested after ``freeze`` (``KERNKIT_FREEZE=error``)."""
 
 
 class CaptureCompileError(RuntimeError):
@@ -239,6 +245,11 @@ class JitSpec:
         CacheDirError
             The cache directory cannot be written (read-only, full).
         """
+        lib = self._find_or_compile()
+        manifest.record(self)  # KERNKIT_RECORD
+        return lib
+
+    def _find_or_compile(self) -> Path:
         backend, missing = self._backend, None
         try:
             compilers = backend.compilers()
@@ -260,6 +271,17 @@ class JitSpec:
                 f"{JIT_VAR}=off and {where} is not in the cache {cache.root()}; build it ahead of time on a "
                 f"machine with the compilers (same cache directory, `python -m kernkit.jit warmup`), or unset "
                 f"{JIT_VAR}")
+        mode = frozen()
+        if mode:
+            asked = f"{where}, asked for by {requester.get()}," if requester.get() else where
+            if mode == "error":
+                raise FrozenCompileError(
+                    f"{FREEZE_VAR}=error (kernkit.jit.freeze) and {asked} is not in the cache {cache.root()}: "
+                    "build it ahead of time (record the specializations a run loads with KERNKIT_RECORD=FILE, "
+                    "then `python -m kernkit.jit warmup --manifest FILE`), or freeze with mode='warn'")
+            logger.warning("kernkit: %s=warn and %s is not in the cache: compiling it", FREEZE_VAR, asked)
+            cache.note_frozen_compile({"title": self.title, "label": self.label, "asked_by": requester.get(),
+                                       "pid": os.getpid(), "time": time.time()})
         if compilers is None:
             raise ToolchainError(f"cannot build {where}: {missing}. Or build it ahead of time on a machine that "
                                  "has the toolchain (`python -m kernkit.jit warmup`, same cache directory)")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..jit import ArchError
 from ..jit.backends import BACKENDS
+from ..jit.manifest import ManifestError
 from . import cache, clangd, doctor, warmup
 
 #: The subcommands; ``clangd`` runs when none is given.
@@ -52,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model shape, e.g. num_heads=8 head_dim=128 hidden_size=4096")
     w.add_argument("--backend", choices=sorted(BACKENDS),
                    help="nvrtc or nvcc (GPU; default: KERNKIT_BACKEND, else nvrtc where installed) or emu (CPU)")
+    w.add_argument("--manifest", metavar="FILE", help="build exactly the requests of this manifest (recorded "
+                   "with KERNKIT_RECORD=FILE) instead of the ops' specializations")
+    w.add_argument("--arch", nargs="+", default=[], metavar="ARCH",
+                   help="with --manifest: build its CUDA requests for these architectures, e.g. 9.0 10.0a")
     w.add_argument("-j", "--jobs", type=int, help="builds at once (default: the number of cores)")
     w.add_argument("--list", action="store_true", help="print the specializations without building them")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -74,6 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command or "clangd"].run(args)
-    except (clangd.ClangdConfigError, warmup.WarmupError, ArchError) as e:
+    except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, ArchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -21,8 +21,8 @@ from ..jit.arch import ArchError, target_arch
 from ..jit.backends import ToolchainError, find_cuda_home, find_cxx, version
 from ..jit.config import BACKEND_VAR, default_backend
 from ..jit.nvrtc import toolkit
-from ..jit.cache import root
-from ..jit.config import jit_enabled
+from ..jit.cache import frozen_compiles, root
+from ..jit.config import frozen, jit_enabled
 from .cache import human_size, published, tree_size
 from .clangd import find_clangd
 
@@ -41,6 +41,14 @@ def _nvrtc() -> tuple[str, bool]:
     except ToolchainError as e:
         return f"{e} (only the nvrtc backend needs it)", False
     return f"{kit.nvrtc}; headers {', '.join(kit.include)}", False
+
+
+def _frozen_compiles() -> str:
+    seen = frozen_compiles()
+    if not seen:
+        return "none (compiles done while KERNKIT_FREEZE=warn are counted here)"
+    last = seen[-1]
+    return f"{len(seen)}, the last {last['label']}" + (f", asked for by {last['asked_by']}" if last["asked_by"] else "")
 
 
 def report() -> list[tuple[str, str, bool]]:
@@ -80,8 +88,11 @@ def report() -> list[tuple[str, str, bool]]:
     writable = os.access(existing, os.W_OK)
     lines += [("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
                             f"{'' if writable else ', NOT WRITABLE'})", not writable),
-              ("JIT", "on (missing specializations compile on first use)" if jit_enabled() else
-               "off (KERNKIT_JIT: only cached specializations load)", False),
+              ("JIT", ("on (missing specializations compile on first use)" if jit_enabled() else
+                       "off (KERNKIT_JIT: only cached specializations load)")
+               + (f"; frozen: a compile {'raises' if frozen() == 'error' else 'warns and is counted'} "
+                  f"(KERNKIT_FREEZE={frozen()})" if frozen() else ""), False),
+              ("frozen compiles", _frozen_compiles(), False),
               ("environment", ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("KERNKIT_"))
                or "no KERNKIT_* variables set", False)]
     clangd = find_clangd()

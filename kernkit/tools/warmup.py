@@ -9,11 +9,16 @@ whose required options are not given are skipped and listed; a named op that lac
 error. --import MODULE imports your own op module first, so that its ops register. The builds
 run in parallel (--jobs, default: the number of cores).
 
+--manifest FILE builds exactly the requests a run recorded (KERNKIT_RECORD=FILE), ops and user
+kernels alike, for the architectures --arch names (default: those recorded), on any machine,
+with no GPU needed.
+
 examples:
   python -m kernkit.jit warmup scale --dtype bf16 fp16
   python -m kernkit.jit warmup store_cache --dtype bf16 --set num_heads=8 head_dim=128
   python -m kernkit.jit warmup --dtype bf16 --set num_heads=8 head_dim=128 hidden_size=4096
   python -m kernkit.jit warmup --import my_ops my_ns::my_op --set block=256 --list
+  python -m kernkit.jit warmup --manifest kernels.json --arch 9.0 10.0
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import torch
 from tqdm import tqdm
 
-from ..jit import JitSpec
+from ..jit import JitSpec, manifest
 
 _DTYPES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
            "fp64": "float64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
@@ -185,10 +190,18 @@ def run(args: argparse.Namespace) -> int:
             importlib.import_module(module)
         except ImportError as e:
             raise WarmupError(f"--import {module}: {e}") from e
-    options = {**({"dtypes": [parse_dtype(d) for d in args.dtype]} if args.dtype else {}), **parse_shape(args.shape)}
-    if args.backend:
-        options["backend"] = args.backend
-    specs, skipped = collect(args.ops, options)
+    if args.manifest:
+        if args.ops or args.dtype or args.shape or args.backend:
+            raise WarmupError("--manifest names the builds itself: give no OP, --dtype, --set or --backend with it")
+        specs, skipped = manifest.specs(args.manifest, args.arch), []
+    elif args.arch:
+        raise WarmupError("--arch goes with --manifest (the ops' builds are for the target architecture)")
+    else:
+        options = {**({"dtypes": [parse_dtype(d) for d in args.dtype]} if args.dtype else {}),
+                   **parse_shape(args.shape)}
+        if args.backend:
+            options["backend"] = args.backend
+        specs, skipped = collect(args.ops, options)
     for line in skipped:
         print(f"skipped {line}")
     if args.list:

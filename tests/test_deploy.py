@@ -1,0 +1,152 @@
+"""Serving without compiles: record the specializations a run loads (``KERNKIT_RECORD``), replay
+them into another cache (``warmup --manifest``), and freeze (``kernkit.jit.freeze``) so that a
+compile afterwards raises, or warns and is counted. CPU tensors, through the CPU emulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernkit import ops
+from kernkit.jit import FrozenCompileError, JitSpec, manifest
+from kernkit.jit.backends import KERNELS_DIR
+from kernkit.ops import elementwise
+
+REPO = Path(__file__).resolve().parent.parent
+
+# One shipped op and one user kernel outside the package (the tutorial's scale, copied).
+RUN = textwrap.dedent("""\
+    import sys, torch
+    from kernkit import ops
+    from kernkit.jit import load_jit
+    x = torch.arange(8, dtype=torch.float32)
+    assert torch.equal(ops.scale(x, 2.0), x * 2)
+    mod = load_jit("my_scale", "fp32_t", "false", cuda_files=[sys.argv[1]],
+                   cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu")
+    out = torch.empty(8)
+    mod.scale(out, x, 3.0)
+    assert torch.equal(out, x * 3)
+    """)
+
+
+def run(code: str, *args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **env})
+
+
+def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernkit.jit", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **env})
+
+
+@pytest.fixture
+def user_kernel(tmp_path) -> Path:
+    path = tmp_path / "user" / "my_scale.cuh"
+    path.parent.mkdir()
+    shutil.copy(KERNELS_DIR / "elementwise" / "scale.cuh", path)
+    return path
+
+
+def test_record_replay_and_a_frozen_server_that_compiles_nothing(tmp_path, user_kernel):
+    record = tmp_path / "kernels.json"
+    dev, server = tmp_path / "dev-cache", tmp_path / "server-cache"
+    r = run(RUN, str(user_kernel), env={"KERNKIT_CACHE_DIR": str(dev), "KERNKIT_RECORD": str(record)})
+    assert r.returncode == 0, r.stderr
+    text = record.read_text()
+    requests = json.loads(text)["requests"]
+    assert [q["marker"] for q in requests] == [["scale", "fp32_t", "false"], ["my_scale", "fp32_t", "false"]]
+    assert requests[0]["cuda_files"] == ["elementwise/scale.cuh"] and requests[1]["cuda_files"] == [str(user_kernel)]
+    assert str(dev) not in text  # requests, not paths in one machine's cache
+
+    r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(server)})
+    assert r.returncode == 0 and "2 specializations: 2 built, 0 already cached, 0 failed" in r.stdout, r.stdout + r.stderr
+
+    # The server: frozen, no compiler reachable; both load from the replayed cache.
+    r = run(RUN + "from kernkit.jit.cache import frozen_compiles\nassert frozen_compiles() == []\n", str(user_kernel),
+            env={"KERNKIT_CACHE_DIR": str(server), "KERNKIT_FREEZE": "error", "PATH": "/nonexistent",
+                 "CUDA_HOME": "/nonexistent", "CXX": "/nonexistent/c++"})
+    assert r.returncode == 0, r.stderr
+    assert "compiled" not in r.stderr
+
+
+def test_recording_twice_keeps_one_request_and_merges_processes(tmp_path, fresh_cache):
+    record = tmp_path / "m.json"
+    env = {"KERNKIT_CACHE_DIR": str(fresh_cache), "KERNKIT_RECORD": str(record)}
+    code = "import torch\nfrom kernkit import ops\nops.scale(torch.ones(4, dtype=getattr(torch, __import__('sys').argv[1])), 2.0)\n"
+    for dtype in ("float32", "float32", "float16"):
+        assert run(code, dtype, env=env).returncode == 0
+    assert [q["marker"][1] for q in manifest.read(record)] == ["fp32_t", "fp16_t"]
+
+
+def test_replay_names_a_request_it_cannot_build(tmp_path, fresh_cache, user_kernel):
+    spec = JitSpec.make("my_scale", "fp32_t", "false", cuda_files=[str(user_kernel)],
+                        cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu")
+    record = tmp_path / "m.json"
+    record.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [manifest.request(spec)]}))
+    user_kernel.unlink()
+    r = cli("warmup", "--manifest", str(record), env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2
+    assert "request 1 (my_scale<fp32_t, false>)" in r.stderr and str(user_kernel) in r.stderr
+    (tmp_path / "bad.json").write_text('{"format": 7}')
+    r = cli("warmup", "--manifest", str(tmp_path / "bad.json"), env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2 and "not a kernkit manifest of format 1" in r.stderr
+
+
+def test_replay_builds_cuda_requests_for_each_arch_given(tmp_path, fresh_cache):
+    spec = JitSpec.make("scale", "bf16_t", "true", cuda_files=["elementwise/scale.cuh"],
+                        cuda_wrappers=[("scale", "scale<bf16_t, true>")], backend="nvcc", arch="9.0")
+    record = tmp_path / "m.json"
+    record.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [manifest.request(spec)]}))
+    r = cli("warmup", "--manifest", str(record), "--arch", "9.0", "10.0a", "--list",
+            env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["scale<bf16_t, true>  [nvcc sm_90a]", "scale<bf16_t, true>  [nvcc sm_100a]"]
+    r = cli("warmup", "--manifest", str(record), "--arch", "banana", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2 and "banana" in r.stderr
+
+
+@pytest.fixture
+def frozen(monkeypatch, fresh_cache):
+    """scale's module factory with nothing loaded, in a fresh cache; the freeze lifted after."""
+    monkeypatch.setattr(elementwise._module, "cache", {})
+    monkeypatch.setenv("KERNKIT_FREEZE", "off")  # restored (unset) after the test
+    yield lambda mode: monkeypatch.setenv("KERNKIT_FREEZE", mode)
+    elementwise._module.cache_clear()
+
+
+def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(frozen, fresh_cache):
+    frozen("error")
+    with pytest.raises(FrozenCompileError) as info:
+        ops.scale(torch.ones(4, dtype=torch.float16), 2.0)
+    message = str(info.value)
+    assert "scale<fp16_t, false> (emu)" in message
+    assert "asked for by kernkit.ops.elementwise._module(torch.float16, False)" in message
+    assert not list((fresh_cache / "v2").glob("scale/*/*/lib.so"))
+    frozen("off")
+    ops.scale(torch.ones(4, dtype=torch.float16), 2.0)  # built now
+    elementwise._module.cache_clear()
+    frozen("error")
+    assert torch.equal(ops.scale(torch.ones(4, dtype=torch.float16), 2.0), torch.full((4,), 2.0).half())  # cached: loads
+
+
+def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fresh_cache):
+    from kernkit.jit import freeze
+    from kernkit.tools import doctor
+
+    freeze("warn")
+    assert os.environ["KERNKIT_FREEZE"] == "warn"
+    assert torch.equal(ops.scale(torch.ones(4), 3.0), torch.full((4,), 3.0))
+    lines = {label: value for label, value, _ in doctor.report()}
+    assert lines["frozen compiles"].startswith("1, the last scale<fp32_t, false> (emu), asked for by "
+                                               "kernkit.ops.elementwise._module(torch.float32, False)")
+    assert "KERNKIT_FREEZE=warn" in lines["JIT"]
+    with pytest.raises(ValueError, match="mode must be"):
+        freeze("later")

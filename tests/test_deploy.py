@@ -150,3 +150,111 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fres
     assert "KERNKIT_FREEZE=warn" in lines["JIT"]
     with pytest.raises(ValueError, match="mode must be"):
         freeze("later")
+
+
+# --------------------------------------------------------------------------------------------
+# Ship: cache export / import
+
+
+def _scale_build(cache_dir: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(cache_dir))
+    return elementwise.scale_spec(torch.float32, "emu").build().parent
+
+
+def _rewrite(archive: Path, out: Path, change) -> None:
+    """A copy of ``archive`` whose members pass through ``change(name, bytes) -> bytes``."""
+    import io
+    import tarfile
+
+    with tarfile.open(archive) as src, tarfile.open(out, "w:gz") as dst:
+        for member in src.getmembers():
+            data = change(member.name, src.extractfile(member).read())
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+
+
+def test_an_exported_build_imports_into_another_cache_and_loads_without_a_compiler(tmp_path, monkeypatch):
+    from kernkit.tools import cache as tool
+
+    build = _scale_build(tmp_path / "a", monkeypatch)
+    archive = tmp_path / "kernels.tar.gz"
+    assert tool.export_builds(archive) == 1
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    done, refused = tool.import_builds(archive)
+    assert done == ["scale<fp32_t, false>"] and refused == []
+    imported = tmp_path / "b" / build.relative_to(tmp_path / "a")
+    assert json.loads((imported / "meta.json").read_text())["imported"] is True
+    r = run("import torch\nfrom kernkit import ops\nassert torch.equal(ops.scale(torch.ones(4), 2.0), torch.full((4,), 2.0))\n",
+            env={"KERNKIT_CACHE_DIR": str(tmp_path / "b"), "KERNKIT_FREEZE": "error", "PATH": "/nonexistent"})
+    assert r.returncode == 0 and "compiled" not in r.stderr, r.stderr
+
+
+def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch):
+    from kernkit.jit.backends import PACKAGE_ROOT
+    from kernkit.tools import cache as tool
+
+    _scale_build(tmp_path / "a", monkeypatch)
+    tool.export_builds(tmp_path / "x.tar.gz")
+
+    def elsewhere(name, data):  # as if built where kernkit was installed under /opt/elsewhere, by another compiler
+        if not name.endswith("meta.json"):
+            return data
+        meta = json.loads(data.replace(str(PACKAGE_ROOT).encode(), b"/opt/elsewhere/kernkit"))
+        for c in meta["compilers"]:
+            c["stamp"] = ["/opt/elsewhere/bin/c++", 1, 2]
+        return json.dumps(meta).encode()
+
+    _rewrite(tmp_path / "x.tar.gz", tmp_path / "y.tar.gz", elsewhere)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    done, refused = tool.import_builds(tmp_path / "y.tar.gz")
+    assert (done, refused) == (["scale<fp32_t, false>"], [])
+    deps = json.loads(next((tmp_path / "b").glob("v2/scale/*/*/meta.json")).read_text())["deps"]
+    assert all(str(PACKAGE_ROOT) in d[0] for d in deps)
+    monkeypatch.setenv("KERNKIT_FREEZE", "error")  # loads with this machine's compilers present: no rebuild
+    assert elementwise.scale_spec(torch.float32, "emu").build().parent.parent.parent.parent.parent == tmp_path / "b"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "altered", "other arch", "other kernkit", "foreign header"])
+def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_path, monkeypatch, damage):
+    from kernkit.tools import cache as tool
+
+    _scale_build(tmp_path / "a", monkeypatch)
+    tool.export_builds(tmp_path / "x.tar.gz")
+
+    def change(name, data):
+        if name.endswith("lib.so"):
+            return data[: len(data) // 2] if damage == "truncated" else data[:-1] + bytes([data[-1] ^ 1]) \
+                if damage == "altered" else data
+        if name.endswith("meta.json"):
+            meta = json.loads(data)
+            if damage == "other arch":
+                meta["arch"] = "9.0"
+            elif damage == "other kernkit":
+                meta["kernkit"] = "0.0.1"
+            elif damage == "foreign header":
+                meta["deps"][0][-1] = "0" * 64
+            return json.dumps(meta).encode()
+        return data
+
+    _rewrite(tmp_path / "x.tar.gz", tmp_path / "bad.tar.gz", change)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    done, refused = tool.import_builds(tmp_path / "bad.tar.gz", ["10.0"] if damage == "other arch" else None)
+    assert done == [] and len(refused) == 1 and "scale<fp32_t, false>" in refused[0]
+    expect = {"truncated": "sha256", "altered": "sha256", "other arch": "built for 9.0, not for 10.0",
+              "other kernkit": "built by kernkit 0.0.1", "foreign header": "differs here"}[damage]
+    assert expect in refused[0]
+    assert not list((tmp_path / "b").glob("v2/scale/*/*/lib.so"))
+    assert not any((tmp_path / "b" / "v2" / ".staging").iterdir())
+
+
+def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatch, fresh_cache):
+    from kernkit.tools import cache as tool
+
+    spec = elementwise.scale_spec(torch.float16, "emu")
+    record = tmp_path / "m.json"
+    record.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [manifest.request(spec)]}))
+    with pytest.raises(tool.ArchiveError, match=r"scale<fp16_t, false> \(emu\) .* is not built"):
+        tool.export_builds(tmp_path / "x.tar.gz", str(record))
+    spec.build()
+    assert tool.export_builds(tmp_path / "x.tar.gz", str(record)) == 1

@@ -144,7 +144,10 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
             warnings.warn(f"kernkit: discarding a damaged cache entry: {e}", RuntimeWarning, stacklevel=4)
             discard(build_dir)
             continue
-        if meta is not None and (compilers is None or [c["stamp"] for c in meta["compilers"]] == compilers):
+        # An imported build (``cache import``) was checked against this installation's headers
+        # when it was published; its compilers are the exporting machine's.
+        if meta is not None and (compilers is None or meta.get("imported")
+                                 or [c["stamp"] for c in meta["compilers"]] == compilers):
             builds.append((meta.get("built_at", 0), build_dir, meta))
     for _, build_dir, meta in sorted(builds, key=lambda b: b[0], reverse=True):
         if all(unchanged(dep) for dep in meta["deps"]):

@@ -23,7 +23,7 @@ import tvm_ffi
 from .._version import __version__
 from . import cache
 from .arch import CudaArch, target_arch
-from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, Backend, CompileError,
+from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, Backend, CompileError,
                        ToolchainError, stamp, version)
 from . import manifest
 from .config import FREEZE_VAR, JIT_VAR, default_backend, emu_sanitizers, frozen, jit_enabled
@@ -315,7 +315,7 @@ class JitSpec:
         meta = {"title": self.title, "backend": self.backend, "arch": str(self.arch) if self.arch else None,
                 "key": self.key, "kernkit": __version__, "tvm_ffi": tvm_ffi.__version__, "deps": deps,
                 "compilers": tools, "built_at": time.time(), "build_seconds": round(seconds, 3),
-                "host": socket.gethostname()}
+                "host": socket.gethostname(), "package": str(PACKAGE_ROOT)}
         build_id = hashlib.sha256(json.dumps([[d[0], d[-1]] for d in deps] + [t["stamp"] for t in tools])
                                   .encode()).hexdigest()[:12]
         try:

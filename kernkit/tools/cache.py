@@ -5,17 +5,30 @@
 architecture, size, age) and a total. `cache clear` removes every build and kept failure;
 `cache clear --kernel NAME` only those of one kernel. Locks and builds in progress are left
 alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
+
+`cache export FILE [--manifest M]` writes every build, or those of a manifest
+(KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each build of
+such an archive after checking its library's hash, its kernkit and tvm-ffi versions, its
+architecture and that the headers it was built from are this installation's, byte for byte. A
+build that fails a check is refused, named, and nothing of it is published.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
+import shutil
+import tarfile
 import time
 from pathlib import Path
 
-from ..jit.cache import discard, root
+from ..jit.backends import LIB_NAME
+from ..jit.cache import discard, find, root
+
+#: The archive's layout version (its ``index.json``).
+ARCHIVE_FORMAT = 1
 
 
 def human_size(n: float) -> str:
@@ -79,6 +92,121 @@ def clear(kernel: str | None = None) -> int:
     return count
 
 
+class ArchiveError(ValueError):
+    """An archive cannot be written or read as asked (not an archive, a manifest build missing)."""
+
+
+def export_builds(archive: Path, manifest_file: str | None = None) -> int:
+    """Write the published builds (their library and record), or those a manifest names, to one
+    ``.tar.gz`` with an index of what each member is.
+
+    Returns
+    -------
+    The number of builds written. Raises ``ArchiveError`` when a manifest's build is not in the
+    cache, naming it.
+    """
+    from ..jit import manifest
+
+    builds = published()
+    if manifest_file is not None:
+        wanted = []
+        for spec in manifest.specs(manifest_file):
+            lib = find(spec.key_dir, None)
+            if lib is None:
+                raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {root()}: run "
+                                   f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
+            wanted.append(lib.parent)
+        builds = [(path, meta) for path, meta in builds if path in wanted]
+    index = [{"dir": path.relative_to(root()).as_posix(), "title": meta["title"], "arch": meta.get("arch"),
+              "sha256": meta["lib"]["sha256"]} for path, meta in builds]
+    tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
+    with tarfile.open(tmp, "w:gz") as tar:
+        data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
+        info = tarfile.TarInfo("index.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        for path, _ in builds:
+            for name in (LIB_NAME, "meta.json"):
+                tar.add(path / name, f"{path.relative_to(root()).as_posix()}/{name}")
+    os.replace(tmp, archive)
+    return len(builds)
+
+
+def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[str], list[str]]:
+    """Publish the builds of an archive into the cache, each only after its checks pass: the
+    library's hash equals its record's, the record's kernkit and tvm-ffi versions are these, its
+    architecture is one of ``archs`` (default: the target's, when one is known), and each header
+    it was built from is, byte for byte, this installation's (kernkit's own headers are looked up
+    in this installation, wherever it is). A build that passes is published with the same atomic
+    publish as a compile; one that fails is not, and nothing of it remains.
+
+    Returns
+    -------
+    ``(published, refused)``: titles, and one line per refused member naming it and why.
+    """
+    import tvm_ffi
+
+    from .._version import __version__
+    from ..jit.arch import ArchError, CudaArch, target_arch
+    from ..jit.backends import PACKAGE_ROOT
+    from ..jit.cache import file_record, publish, sha256, staging_dir
+
+    if archs:
+        allowed = {str(CudaArch.parse(a)) for a in archs}
+    else:
+        try:
+            allowed = {str(target_arch())}
+        except ArchError:
+            allowed = None  # no GPU and no KERNKIT_CUDA_ARCH: any architecture
+    done, refused = [], []
+    try:
+        tar = tarfile.open(archive, "r:*")
+    except (OSError, tarfile.TarError) as e:
+        raise ArchiveError(f"cannot read the archive {archive}: {e}") from None
+    with tar:
+        try:
+            index = json.loads(tar.extractfile("index.json").read())["builds"]
+        except (KeyError, AttributeError, ValueError, tarfile.TarError) as e:
+            raise ArchiveError(f"{archive} is not a kernkit cache archive (no readable index.json: {e})") from None
+        for entry in index:
+            where = f"{entry.get('dir')} ({entry.get('title')})"
+            staging = None
+            try:
+                member = entry["dir"]
+                if member.startswith("/") or ".." in member.split("/") or member.count("/") != 2:
+                    raise ValueError("its path is not a build directory of a cache")
+                staging = staging_dir(member.rsplit("/", 1)[-1])
+                for name in (LIB_NAME, "meta.json"):
+                    with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                meta = json.loads((staging / "meta.json").read_bytes())
+                digest = sha256(staging / LIB_NAME)
+                if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
+                    raise ValueError(f"{LIB_NAME} does not match its recorded sha256 (truncated or altered)")
+                if (meta["kernkit"], meta["tvm_ffi"]) != (__version__, tvm_ffi.__version__):
+                    raise ValueError(f"built by kernkit {meta['kernkit']} with tvm-ffi {meta['tvm_ffi']}; this is "
+                                     f"kernkit {__version__} with tvm-ffi {tvm_ffi.__version__}")
+                if meta.get("arch") and allowed is not None and meta["arch"] not in allowed:
+                    raise ValueError(f"built for {meta['arch']}, not for {', '.join(sorted(allowed))}")
+                deps = []
+                for dep in meta["deps"]:
+                    path, digest = Path(dep[0]), dep[-1]
+                    if meta.get("package") and Path(meta["package"]) in path.parents:
+                        path = PACKAGE_ROOT / path.relative_to(meta["package"])
+                    if not path.is_file() or sha256(path) != digest:
+                        raise ValueError(f"it was built from {dep[0]}, which {'differs' if path.is_file() else 'is missing'}"
+                                         f" here ({path})")
+                    deps.append(file_record(path))
+                (staging / "meta.json").unlink()
+                publish(staging, root() / member, {**meta, "deps": deps, "imported": True})
+                done.append(entry["title"])
+            except (KeyError, TypeError, ValueError, OSError, tarfile.TarError) as e:
+                if staging is not None:
+                    discard(staging)
+                refused.append(f"{where}: {e}")
+    return done, refused
+
+
 def _age(seconds: float) -> str:
     for unit, span in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= span:
@@ -87,7 +215,18 @@ def _age(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``cache`` subcommand: ``list`` (the default) or ``clear [--kernel NAME]``; returns 0."""
+    """The ``cache`` subcommand: ``list`` (the default), ``clear [--kernel NAME]``, ``export`` or
+    ``import``; returns 1 when an import refused a build, else 0."""
+    if args.action == "export":
+        n = export_builds(Path(args.archive), args.manifest)
+        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}")
+        return 0
+    if args.action == "import":
+        done, refused = import_builds(Path(args.archive), args.arch)
+        for line in refused:
+            print(f"REFUSED {line}")
+        print(f"imported {len(done)} build{'s' * (len(done) != 1)} into {root()}, refused {len(refused)}")
+        return 1 if refused else 0
     if args.action == "clear":
         n = clear(args.kernel)
         print(f"removed {n} build{'s' * (n != 1)}{f' of {args.kernel}' if args.kernel else ''} from {root()}")

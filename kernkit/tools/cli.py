@@ -40,10 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = {name: sub.add_parser(name, help=helps[name], description=module.__doc__, formatter_class=raw)
            for name, module in COMMANDS.items()}
     _clangd_options(cmd["clangd"])
-    actions = cmd["cache"].add_subparsers(dest="action", metavar="{list,clear}")
+    actions = cmd["cache"].add_subparsers(dest="action", metavar="{list,clear,export,import}")
     actions.add_parser("list", help="one line per published build (the default)")
     actions.add_parser("clear", help="remove builds and kept failures").add_argument(
         "--kernel", metavar="NAME", help="only this kernel's (the first element of its marker, e.g. scale)")
+    export = actions.add_parser("export", help="write builds to one .tar.gz")
+    export.add_argument("archive", metavar="FILE")
+    export.add_argument("--manifest", metavar="M", help="only the builds of this manifest (KERNKIT_RECORD)")
+    imp = actions.add_parser("import", help="check and publish the builds of an archive")
+    imp.add_argument("archive", metavar="FILE")
+    imp.add_argument("--arch", nargs="+", metavar="ARCH", help="architectures to accept (default: the target's)")
     w = cmd["warmup"]
     w.add_argument("ops", nargs="*", metavar="OP", help="registered ops, e.g. scale or kernkit::scale (default: all)")
     w.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
@@ -79,6 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command or "clangd"].run(args)
-    except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, ArchError) as e:
+    except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, cache.ArchiveError, ArchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -185,7 +185,10 @@ def test_an_exported_build_imports_into_another_cache_and_loads_without_a_compil
     assert done == ["scale<fp32_t, false>"] and refused == []
     imported = tmp_path / "b" / build.relative_to(tmp_path / "a")
     assert json.loads((imported / "meta.json").read_text())["imported"] is True
-    r = run("import torch\nfrom kernkit import ops\nassert torch.equal(ops.scale(torch.ones(4), 2.0), torch.full((4,), 2.0))\n",
+    r = run("import subprocess, torch\nfrom kernkit import ops\n"
+            "def refuse(*a, **k): raise AssertionError(f'a subprocess was started: {a}')\n"
+            "subprocess.Popen.__init__ = refuse\n"
+            "assert torch.equal(ops.scale(torch.ones(4), 2.0), torch.full((4,), 2.0))\n",
             env={"KERNKIT_CACHE_DIR": str(tmp_path / "b"), "KERNKIT_FREEZE": "error", "PATH": "/nonexistent"})
     assert r.returncode == 0 and "compiled" not in r.stderr, r.stderr
 
@@ -258,3 +261,36 @@ def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatc
         tool.export_builds(tmp_path / "x.tar.gz", str(record))
     spec.build()
     assert tool.export_builds(tmp_path / "x.tar.gz", str(record)) == 1
+
+
+def test_a_shared_read_only_cache_is_searched_first(tmp_path, monkeypatch):
+    """Builds in a directory many machines mount, read-only: found there, nothing compiled or
+    written into the local cache."""
+    shared = tmp_path / "shared"
+    lib = _scale_build(shared, monkeypatch)
+    for path in [shared, *shared.rglob("*")]:
+        path.chmod(path.stat().st_mode & 0o555)
+    try:
+        monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "local"))
+        monkeypatch.setenv("KERNKIT_CACHE_SHARED", f"{tmp_path / 'missing'}{os.pathsep}{shared}")
+        monkeypatch.setenv("KERNKIT_FREEZE", "error")
+        assert elementwise.scale_spec(torch.float32, "emu").build().parent == lib
+        assert not (tmp_path / "local").exists()
+    finally:
+        for path in [shared, *shared.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+
+
+def test_prune_keeps_the_newest_builds_of_each_kernel(tmp_path, monkeypatch):
+    from kernkit.tools import cache as tool
+
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        elementwise.scale_spec(dtype, "emu").build()
+    titles = lambda: sorted(m["title"] for _, m in tool.published())  # noqa: E731
+    assert len(titles()) == 3
+    assert tool.prune(before=0) == 0
+    assert tool.prune(keep=2) == 1 and titles() == ["scale<bf16_t, false>", "scale<fp16_t, false>"]
+    assert tool.prune(before=tool.parse_date("0")) == 2 and titles() == []
+    with pytest.raises(tool.ArchiveError, match="--older-than"):
+        tool.parse_date("soon")

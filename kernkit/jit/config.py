@@ -16,6 +16,9 @@ ARCH_VAR = "KERNKIT_CUDA_ARCH"
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
 #: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``default_backend``).
 BACKEND_VAR = "KERNKIT_BACKEND"
+#: Read-only caches searched before ``KERNKIT_CACHE_DIR`` (cache roots, ``os.pathsep``-separated):
+#: a directory many machines mount, an image layer.
+SHARED_VAR = "KERNKIT_CACHE_SHARED"
 #: A manifest file: every specialization the process loads is recorded there (``manifest.py``).
 RECORD_VAR = "KERNKIT_RECORD"
 #: ``error`` or ``warn``: a compile is refused, or allowed and counted (``freeze``).
@@ -30,6 +33,11 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "kernkit"
+
+
+def shared_dirs() -> list[Path]:
+    """The read-only cache roots of ``KERNKIT_CACHE_SHARED``, in order."""
+    return [Path(d).expanduser() for d in os.environ.get(SHARED_VAR, "").split(os.pathsep) if d.strip()]
 
 
 def jit_enabled() -> bool:

@@ -26,7 +26,7 @@ from .arch import CudaArch, target_arch
 from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, Backend, CompileError,
                        ToolchainError, stamp, version)
 from . import manifest
-from .config import FREEZE_VAR, JIT_VAR, default_backend, emu_sanitizers, frozen, jit_enabled
+from .config import FREEZE_VAR, JIT_VAR, default_backend, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
 
 logger = logging.getLogger("kernkit.jit")
@@ -256,10 +256,13 @@ class JitSpec:
             stamps = [stamp(c) for c in compilers]
         except (ToolchainError, OSError) as e:
             compilers, stamps, missing = None, None, e
-        # Without the JIT or a compiler, any toolchain's current build will do.
-        lib = cache.find(self.key_dir, stamps if jit_enabled() else None)
-        if lib is not None:
-            return lib
+        # Without the JIT or a compiler, any toolchain's current build will do. The shared,
+        # read-only caches (KERNKIT_CACHE_SHARED) first: many machines, one build.
+        relative = self.key_dir.relative_to(cache.root())
+        for top in [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]:
+            lib = cache.find(top / relative, stamps if jit_enabled() else None)
+            if lib is not None:
+                return lib
         where = f"{self.label} key {self.key[:16]}"
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise CaptureCompileError(

@@ -6,7 +6,8 @@ architecture, size, age) and a total. `cache clear` removes every build and kept
 `cache clear --kernel NAME` only those of one kernel. Locks and builds in progress are left
 alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
 
-`cache export FILE [--manifest M]` writes every build, or those of a manifest
+`cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
+builds made before. `cache export FILE [--manifest M]` writes every build, or those of a manifest
 (KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each build of
 such an archive after checking its library's hash, its kernkit and tvm-ffi versions, its
 architecture and that the headers it was built from are this installation's, byte for byte. A
@@ -90,6 +91,39 @@ def clear(kernel: str | None = None) -> int:
         if kernel is None or (path.name if path in kernels else path.name.rsplit("-", 1)[0]) == kernel:
             discard(path)
     return count
+
+
+def prune(keep: int | None = None, before: float | None = None) -> int:
+    """Remove published builds: each kernel's beyond its newest ``keep``, and any built before
+    ``before`` (seconds since the epoch). Builds in progress and locks stay.
+
+    Returns
+    -------
+    The number of builds removed.
+    """
+    by_kernel: dict[str, list[tuple[float, Path]]] = {}
+    for path, meta in published():
+        by_kernel.setdefault(path.parent.parent.name, []).append((meta.get("built_at", 0), path))
+    removed = 0
+    for builds in by_kernel.values():
+        builds.sort(reverse=True)
+        for rank, (built_at, path) in enumerate(builds):
+            if (keep is not None and rank >= keep) or (before is not None and built_at < before):
+                discard(path)
+                removed += 1
+    return removed
+
+
+def parse_date(text: str) -> float:
+    """``2026-11-01`` (midnight, local time) or a number of days ago, as seconds since the epoch."""
+    try:
+        return time.time() - float(text) * 86400
+    except ValueError:
+        pass
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        raise ArchiveError(f"--older-than takes a date (2026-11-01) or a number of days, got {text!r}") from None
 
 
 class ArchiveError(ValueError):
@@ -217,6 +251,14 @@ def _age(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     """The ``cache`` subcommand: ``list`` (the default), ``clear [--kernel NAME]``, ``export`` or
     ``import``; returns 1 when an import refused a build, else 0."""
+    if args.action == "prune":
+        if args.keep is None and args.older_than is None:
+            raise ArchiveError("cache prune needs --keep N or --older-than DATE")
+        if args.keep is not None and args.keep < 0:
+            raise ArchiveError(f"--keep takes a count >= 0, got {args.keep}")
+        n = prune(args.keep, parse_date(args.older_than) if args.older_than else None)
+        print(f"removed {n} build{'s' * (n != 1)} from {root()}")
+        return 0
     if args.action == "export":
         n = export_builds(Path(args.archive), args.manifest)
         print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}")

@@ -40,10 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmd = {name: sub.add_parser(name, help=helps[name], description=module.__doc__, formatter_class=raw)
            for name, module in COMMANDS.items()}
     _clangd_options(cmd["clangd"])
-    actions = cmd["cache"].add_subparsers(dest="action", metavar="{list,clear,export,import}")
+    actions = cmd["cache"].add_subparsers(dest="action", metavar="{list,clear,prune,export,import}")
     actions.add_parser("list", help="one line per published build (the default)")
     actions.add_parser("clear", help="remove builds and kept failures").add_argument(
         "--kernel", metavar="NAME", help="only this kernel's (the first element of its marker, e.g. scale)")
+    prune = actions.add_parser("prune", help="remove old builds")
+    prune.add_argument("--keep", type=int, metavar="N", help="keep each kernel's newest N builds")
+    prune.add_argument("--older-than", metavar="DATE", help="remove builds made before DATE (2026-11-01) or DAYS ago")
     export = actions.add_parser("export", help="write builds to one .tar.gz")
     export.add_argument("archive", metavar="FILE")
     export.add_argument("--manifest", metavar="M", help="only the builds of this manifest (KERNKIT_RECORD)")

@@ -55,7 +55,7 @@ def user_kernel(tmp_path) -> Path:
     return path
 
 
-def test_record_replay_and_a_frozen_server_that_compiles_nothing(tmp_path, user_kernel):
+def test_record_replay_ship_and_a_frozen_server_that_compiles_nothing(tmp_path, user_kernel):
     record = tmp_path / "kernels.json"
     dev, server = tmp_path / "dev-cache", tmp_path / "server-cache"
     r = run(RUN, str(user_kernel), env={"KERNKIT_CACHE_DIR": str(dev), "KERNKIT_RECORD": str(record)})
@@ -66,15 +66,25 @@ def test_record_replay_and_a_frozen_server_that_compiles_nothing(tmp_path, user_
     assert requests[0]["cuda_files"] == ["elementwise/scale.cuh"] and requests[1]["cuda_files"] == [str(user_kernel)]
     assert str(dev) not in text  # requests, not paths in one machine's cache
 
-    r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(server)})
+    build_box = tmp_path / "build-cache"
+    r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(build_box)})
     assert r.returncode == 0 and "2 specializations: 2 built, 0 already cached, 0 failed" in r.stdout, r.stdout + r.stderr
+    archive = tmp_path / "kernels.tar.gz"
+    r = cli("cache", "export", str(archive), "--manifest", str(record), env={"KERNKIT_CACHE_DIR": str(build_box)})
+    assert r.returncode == 0 and "wrote 2 builds" in r.stdout, r.stdout + r.stderr
+    r = cli("cache", "import", str(archive), env={"KERNKIT_CACHE_DIR": str(server)})
+    assert r.returncode == 0 and "imported 2 builds" in r.stdout and "refused 0" in r.stdout, r.stdout + r.stderr
 
-    # The server: frozen, no compiler reachable; both load from the replayed cache.
-    r = run(RUN + "from kernkit.jit.cache import frozen_compiles\nassert frozen_compiles() == []\n", str(user_kernel),
-            env={"KERNKIT_CACHE_DIR": str(server), "KERNKIT_FREEZE": "error", "PATH": "/nonexistent",
-                 "CUDA_HOME": "/nonexistent", "CXX": "/nonexistent/c++"})
+    # The server: frozen, no compiler reachable; both load from the imported builds, and a
+    # specialization nobody recorded is refused.
+    after = ("from kernkit.jit import FrozenCompileError\n"
+             "try:\n    ops.scale(torch.ones(4, dtype=torch.float16), 2.0)\nexcept FrozenCompileError as e:\n"
+             "    print('refused:', e)\n")
+    r = run(RUN + after, str(user_kernel), env={"KERNKIT_CACHE_DIR": str(server), "KERNKIT_FREEZE": "error",
+                                                "PATH": "/nonexistent", "CUDA_HOME": "/nonexistent"})
     assert r.returncode == 0, r.stderr
     assert "compiled" not in r.stderr
+    assert "refused: KERNKIT_FREEZE=error (kernkit.jit.freeze) and scale<fp16_t, false> (emu)" in r.stdout
 
 
 def test_recording_twice_keeps_one_request_and_merges_processes(tmp_path, fresh_cache):

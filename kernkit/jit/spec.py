@@ -229,8 +229,9 @@ class JitSpec:
         current build. Loads nothing (``warmup`` uses this).
 
         A hit starts no subprocess: it reads the key's ``meta.json`` records and compares the
-        headers' and compilers' stats. A miss compiles under the key's file lock, in a private
-        staging directory, and publishes the build atomically.
+        headers' and compilers' stats, in the shared caches (``KERNKIT_CACHE_SHARED``) first. A
+        miss compiles under the key's file lock, in a private staging directory, and publishes
+        the build atomically. With ``KERNKIT_RECORD`` set, the spec is added to that manifest.
 
         Raises
         ------
@@ -238,6 +239,8 @@ class JitSpec:
             ``KERNKIT_JIT=off`` and no build is cached.
         CaptureCompileError
             No build is cached and the current CUDA stream is capturing a graph.
+        FrozenCompileError
+            No build is cached and compiling is frozen (``freeze``, ``KERNKIT_FREEZE=error``).
         ToolchainError
             No build is cached and a compiler (or CUDA's headers) is missing.
         CompileError

@@ -52,7 +52,8 @@ def record(spec) -> None:
     target = os.environ.get(RECORD_VAR, "").strip()
     if not target:
         return
-    entry = json.dumps(request(spec), sort_keys=True)
+    req = request(spec)
+    entry = _identity(req)
     seen = _recorded.setdefault(os.path.abspath(target), set())
     if entry in seen:
         return
@@ -61,15 +62,15 @@ def record(spec) -> None:
     path = Path(target)
     with filelock.FileLock(str(path) + ".lock"):
         requests = read(path) if path.exists() else []
-        if request_key(json.loads(entry)) not in {request_key(r) for r in requests}:
-            requests.append(json.loads(entry))
+        if entry not in {_identity(r) for r in requests}:
+            requests.append(req)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
             tmp.write_text(json.dumps({"format": FORMAT, "kernkit": __version__, "requests": requests}, indent=1) + "\n")
             os.replace(tmp, path)  # a reader sees the old manifest or the new one, never half of one
     seen.add(entry)
 
 
-def request_key(req: dict) -> str:
+def _identity(req: dict) -> str:
     return json.dumps(req, sort_keys=True)
 
 

@@ -13,8 +13,8 @@ import torch
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The factory call being computed (``kernkit.ops.kvcache._module(torch.bfloat16, ...)``): what
-#: the JIT layer names as the cause of a build that is frozen (``freeze``).
+#: The factory call being computed (``mypkg.ops._module(torch.bfloat16, 128)``): what the JIT
+#: layer names as the cause of a build that is frozen (``freeze``).
 requester: contextvars.ContextVar[str | None] = contextvars.ContextVar("kernkit_requester", default=None)
 
 

@@ -167,23 +167,17 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
 
 
 def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """Publish the builds of an archive into the cache, each only after its checks pass: the
-    library's hash equals its record's, the record's kernkit and tvm-ffi versions are these, its
-    architecture is one of ``archs`` (default: the target's, when one is known), and each header
-    it was built from is, byte for byte, this installation's (kernkit's own headers are looked up
-    in this installation, wherever it is). A build that passes is published with the same atomic
-    publish as a compile; one that fails is not, and nothing of it remains.
+    """Publish the builds of an archive into the cache, each only after ``_check_member`` passes
+    (hash, versions, architecture from ``archs`` or the target's when one is known, headers), with
+    the same atomic publish as a compile; a build that fails is not published and nothing of it
+    remains.
 
     Returns
     -------
     ``(published, refused)``: titles, and one line per refused member naming it and why.
     """
-    import tvm_ffi
-
-    from .._version import __version__
     from ..jit.arch import ArchError, CudaArch, target_arch
-    from ..jit.backends import PACKAGE_ROOT
-    from ..jit.cache import file_record, publish, sha256, staging_dir
+    from ..jit.cache import publish, staging_dir
 
     if archs:
         allowed = {str(CudaArch.parse(a)) for a in archs}
@@ -192,53 +186,66 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
             allowed = {str(target_arch())}
         except ArchError:
             allowed = None  # no GPU and no KERNKIT_CUDA_ARCH: any architecture
-    done, refused = [], []
     try:
         tar = tarfile.open(archive, "r:*")
     except (OSError, tarfile.TarError) as e:
         raise ArchiveError(f"cannot read the archive {archive}: {e}") from None
+    done, refused = [], []
     with tar:
         try:
             index = json.loads(tar.extractfile("index.json").read())["builds"]
         except (KeyError, AttributeError, ValueError, tarfile.TarError) as e:
             raise ArchiveError(f"{archive} is not a kernkit cache archive (no readable index.json: {e})") from None
         for entry in index:
-            where = f"{entry.get('dir')} ({entry.get('title')})"
-            staging = None
+            staging = staging_dir(str(entry.get("sha256", "import"))[:16])
             try:
-                member = entry["dir"]
-                if member.startswith("/") or ".." in member.split("/") or member.count("/") != 2:
-                    raise ValueError("its path is not a build directory of a cache")
-                staging = staging_dir(member.rsplit("/", 1)[-1])
-                for name in (LIB_NAME, "meta.json"):
-                    with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
-                meta = json.loads((staging / "meta.json").read_bytes())
-                digest = sha256(staging / LIB_NAME)
-                if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
-                    raise ValueError(f"{LIB_NAME} does not match its recorded sha256 (truncated or altered)")
-                if (meta["kernkit"], meta["tvm_ffi"]) != (__version__, tvm_ffi.__version__):
-                    raise ValueError(f"built by kernkit {meta['kernkit']} with tvm-ffi {meta['tvm_ffi']}; this is "
-                                     f"kernkit {__version__} with tvm-ffi {tvm_ffi.__version__}")
-                if meta.get("arch") and allowed is not None and meta["arch"] not in allowed:
-                    raise ValueError(f"built for {meta['arch']}, not for {', '.join(sorted(allowed))}")
-                deps = []
-                for dep in meta["deps"]:
-                    path, digest = Path(dep[0]), dep[-1]
-                    if meta.get("package") and Path(meta["package"]) in path.parents:
-                        path = PACKAGE_ROOT / path.relative_to(meta["package"])
-                    if not path.is_file() or sha256(path) != digest:
-                        raise ValueError(f"it was built from {dep[0]}, which {'differs' if path.is_file() else 'is missing'}"
-                                         f" here ({path})")
-                    deps.append(file_record(path))
-                (staging / "meta.json").unlink()
-                publish(staging, root() / member, {**meta, "deps": deps, "imported": True})
+                meta = _check_member(tar, entry, staging, allowed)
+                publish(staging, root() / entry["dir"], meta)
                 done.append(entry["title"])
             except (KeyError, TypeError, ValueError, OSError, tarfile.TarError) as e:
-                if staging is not None:
-                    discard(staging)
-                refused.append(f"{where}: {e}")
+                discard(staging)
+                refused.append(f"{entry.get('dir')} ({entry.get('title')}): {e}")
     return done, refused
+
+
+def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set[str] | None) -> dict:
+    """Extract one build of the archive into ``staging`` and return the record to publish it
+    with; raises ``ValueError`` saying which check failed: the library's sha256 is its record's,
+    the record's kernkit and tvm-ffi versions are these, its architecture is ``allowed``, and each
+    header it was built from is, byte for byte, this installation's (kernkit's own are looked up
+    here, wherever kernkit is installed)."""
+    import tvm_ffi
+
+    from .._version import __version__
+    from ..jit.backends import PACKAGE_ROOT
+    from ..jit.cache import file_record, sha256
+
+    member = entry["dir"]
+    if member.startswith("/") or ".." in member.split("/") or member.count("/") != 2:
+        raise ValueError("its path is not a build directory of a cache")
+    for name in (LIB_NAME, "meta.json"):
+        with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    meta = json.loads((staging / "meta.json").read_bytes())
+    (staging / "meta.json").unlink()  # publish writes the record anew
+    digest = sha256(staging / LIB_NAME)
+    if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
+        raise ValueError(f"{LIB_NAME} does not match its recorded sha256 (truncated or altered)")
+    if (meta["kernkit"], meta["tvm_ffi"]) != (__version__, tvm_ffi.__version__):
+        raise ValueError(f"built by kernkit {meta['kernkit']} with tvm-ffi {meta['tvm_ffi']}; this is "
+                         f"kernkit {__version__} with tvm-ffi {tvm_ffi.__version__}")
+    if meta.get("arch") and allowed is not None and meta["arch"] not in allowed:
+        raise ValueError(f"built for {meta['arch']}, not for {', '.join(sorted(allowed))}")
+    deps = []
+    for dep in meta["deps"]:
+        path = Path(dep[0])
+        if meta.get("package") and Path(meta["package"]) in path.parents:
+            path = PACKAGE_ROOT / path.relative_to(meta["package"])
+        if not path.is_file() or sha256(path) != dep[-1]:
+            raise ValueError(f"it was built from {dep[0]}, which {'differs' if path.is_file() else 'is missing'} "
+                             f"here ({path})")
+        deps.append(file_record(path))
+    return {**meta, "deps": deps, "imported": True}
 
 
 def _age(seconds: float) -> str:

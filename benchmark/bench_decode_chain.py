@@ -4,8 +4,8 @@ projection (``scale`` of a K/V-sized tensor) -> ``store_cache``, at batch 1, 64 
 
     python benchmark/bench_decode_chain.py --out DIR [--batches 1,64,512]
 
-Each variant runs in a process of its own: ``--pdl off`` builds every op without PDL (the ops
-pick PDL from the GPU, so the child replaces that choice before its first call). Inputs are
+Each variant runs in a process of its own, twice, interleaved: without PDL the child replaces
+the ops' choice (they pick PDL from the GPU) before its first call. A child times every batch. Inputs are
 rotated over enough buffers that each graph touches more than the L2 holds. Times are the
 median per chain. Measures and reports; asserts nothing about speed.
 """
@@ -28,8 +28,8 @@ HEADS, HEAD_DIM = 8, 128  # Llama-3-8B's K/V rows
 POOL = 1 << 16
 
 
-def child(batch: int, pdl: bool) -> float:
-    """Median microseconds per chain for one batch size, PDL as asked."""
+def child(batches: list[int], pdl: bool) -> list[float]:
+    """Median microseconds per chain for each batch size, PDL as asked."""
     import importlib
 
     from kernkit import ops
@@ -37,6 +37,11 @@ def child(batch: int, pdl: bool) -> float:
     if not pdl:
         for name in ("norm", "quant", "elementwise", "kvcache"):
             importlib.import_module(f"kernkit.ops.{name}").is_arch_support_pdl = lambda: False
+    return [chain_us(ops, batch) for batch in batches]
+
+
+def chain_us(ops, batch: int) -> float:
+    """Median microseconds per chain at one batch size."""
     dt = torch.bfloat16
     per_chain = batch * HIDDEN * dt.itemsize * 6 + batch * 2 * HEADS * HEAD_DIM * dt.itemsize * 4
     calls = common.calls_for(per_chain, max_calls=100)
@@ -62,22 +67,24 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--batches", default="1,64,512")
-    p.add_argument("--child", nargs=2, metavar=("BATCH", "PDL"), help=argparse.SUPPRESS)
+    p.add_argument("--child", metavar="PDL", help=argparse.SUPPRESS)
     args = p.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
     if args.child:
-        print(json.dumps(child(int(args.child[0]), args.child[1] == "on")))
+        print(json.dumps(child(batches, args.child == "on")))
         return
     if not torch.cuda.is_available():
         sys.exit("bench_decode_chain: needs a CUDA GPU")
+    times = {"off": [], "on": []}
+    for pdl in ("off", "on", "off", "on"):  # interleaved, two runs each
+        out = subprocess.run([sys.executable, __file__, "--child", pdl, "--batches", args.batches],
+                             capture_output=True, text=True, check=True).stdout
+        times[pdl].append(json.loads(out.strip().splitlines()[-1]))
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        times = {}
-        for pdl in ("off", "on", "off", "on"):  # interleaved, two runs each
-            out = subprocess.run([sys.executable, __file__, "--child", str(batch), pdl], capture_output=True,
-                                 text=True, check=True).stdout
-            times.setdefault(pdl, []).append(json.loads(out.strip().splitlines()[-1]))
-        off, on = min(times["off"]), min(times["on"])
-        rows.append([batch, off, on, off - on, ", ".join(f"{t:.2f}" for t in times["off"] + times["on"])])
+    for i, batch in enumerate(batches):
+        runs_off, runs_on = [t[i] for t in times["off"]], [t[i] for t in times["on"]]
+        off, on = min(runs_off), min(runs_on)
+        rows.append([batch, off, on, off - on, ", ".join(f"{t:.2f}" for t in runs_off + runs_on)])
         print(f"batch {batch:>4}: without PDL {off:.2f} us, with PDL {on:.2f} us", flush=True)
     lines = common.header("A decode step's kernel chain in one CUDA graph, with and without PDL",
                           common.command_line())

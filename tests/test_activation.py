@@ -66,10 +66,12 @@ def test_random_rows_within_tolerance(build, rows, d):
 
 @pytest.mark.parametrize("build", [b for b in BUILDS if b[0] != fp32], ids=build_id)
 def test_every_half_precision_gate_value(build):
-    """All 65536 bit patterns as the gate (NaNs and infinities too), up = 1 and up = -3.5."""
+    """All 65536 bit patterns as the gate (NaNs and infinities too), with up values on both
+    sides of the fast path's bounds (2^-60 and 2^60; fp16 stays inside them)."""
     dtype, act = build
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256)
-    for up in (1.0, -3.5):
+    edges = (2.0**59, -(2.0**61), 2.0**-59, 2.0**-62) if dtype == bf16 else (6.0e4, -1e-7)
+    for up in (1.0, -3.5, *edges):
         x = torch.cat([gate, torch.full_like(gate, up)], dim=-1)
         assert_within_bound(run(x, act), x, act)
 
@@ -77,9 +79,12 @@ def test_every_half_precision_gate_value(build):
 @pytest.mark.parametrize("act", ACTS)
 def test_dense_fp32_sweep(act):
     """fp32 gates over every range the activations switch formulas in (exp's subnormal results,
-    erfc's pieces, the sigmoid's cut at -160), up = 1.25."""
+    erfc's pieces, the sigmoid's cut at -160, the fast paths' bounds), up = 1.25."""
+    b = torch.tensor([87.0, 13.0, 2.0**-60, 10.53])  # the fast paths' bounds (10.53: tanh's |y| = 87)
+    b = torch.cat([b.nextafter(b * 0), b, b.nextafter(b * 2)])
     gate = torch.cat([torch.linspace(-120.0, 100.0, 40001), torch.linspace(-16.0, 16.0, 40001),
-                      torch.linspace(-1e-3, 1e-3, 2001), torch.tensor([1e-40, -1e-40, 3e38, -3e38, 0.0, -0.0])])
+                      torch.linspace(-1e-3, 1e-3, 2001), torch.tensor([1e-40, -1e-40, 3e38, -3e38, 0.0, -0.0]),
+                      b, -b])
     x = torch.stack([gate, torch.full_like(gate, 1.25)], dim=-1).reshape(-1, 2)
     assert_within_bound(run(x, act), x, act)
 
@@ -90,7 +95,7 @@ def test_fp32_extreme_up_values(act):
     exponential is applied last, so neither a subnormal nor an overflowing intermediate spoils a
     representable result (silu(-170) * 3e38 is about 1e-34)."""
     gate = torch.cat([torch.linspace(-210.0, 20.0, 4001), torch.tensor([1e-40, -1e-40, 1e-30, -1e-30])])
-    for up in (3e38, -1e37, 1e30, 31.0, 1e-30, -1e-38):
+    for up in (3e38, -1e37, 1e30, 2.0**60, -(2.0**60) * 1.0000001, 31.0, 2.0**-60, 1e-30, -1e-38):
         x = torch.stack([gate, torch.full_like(gate, up)], dim=-1).reshape(-1, 2)
         assert_within_bound(run(x, act), x, act)
 

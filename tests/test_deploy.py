@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kernkit import ops
-from kernkit.jit import FrozenCompileError, JitSpec, manifest
+from kernkit.jit import FrozenCompileError, JitSpec, ToolchainError, manifest
 from kernkit.jit.backends import KERNELS_DIR
 from kernkit.ops import elementwise
 
@@ -201,6 +201,26 @@ def test_an_exported_build_imports_into_another_cache_and_loads_without_a_compil
             "assert torch.equal(ops.scale(torch.ones(4), 2.0), torch.full((4,), 2.0))\n",
             env={"KERNKIT_CACHE_DIR": str(tmp_path / "b"), "KERNKIT_FREEZE": "error", "PATH": "/nonexistent"})
     assert r.returncode == 0 and "compiled" not in r.stderr, r.stderr
+
+
+def test_a_server_whose_default_is_the_other_cuda_backend_loads_the_shipped_build(tmp_path, monkeypatch):
+    """The build box compiled with NVRTC; a server without NVRTC or CUDA's headers resolves the
+    default backend to nvcc. Frozen, or without any compiler, it loads the NVRTC build rather
+    than refusing or compiling."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("KERNKIT_CUDA_ARCH", "9.0")
+    shipped = elementwise.scale_spec(torch.float32, "nvrtc").build()
+    server = elementwise.scale_spec(torch.float32, "nvcc")
+    monkeypatch.setenv("KERNKIT_FREEZE", "error")
+    assert server.build() == shipped
+    monkeypatch.setenv("KERNKIT_FREEZE", "off")
+    monkeypatch.setenv("CUDA_HOME", "/nonexistent")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert server.build() == shipped
+    other = elementwise.scale_spec(torch.float16, "nvcc")  # nothing shipped: the missing compiler is named
+    with pytest.raises(ToolchainError, match="scale<fp16_t, true> \\(nvcc, sm_90a\\)"):
+        other.build()
 
 
 def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -81,6 +81,10 @@ def _wrappers(wrappers: object, what: str) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"{what}: {symbol!r} is not a function or static member function name")
         out.append((name, symbol))
     return tuple(out)
+
+
+#: The CUDA backends whose builds of the same sources can stand in for each other.
+_CUDA_TWIN = {"nvcc": "nvrtc", "nvrtc": "nvcc"}
 
 
 @dataclass(frozen=True)
@@ -259,11 +263,16 @@ class JitSpec:
             stamps = [stamp(c) for c in compilers]
         except (ToolchainError, OSError) as e:
             compilers, stamps, missing = None, None, e
-        # Without the JIT or a compiler, any toolchain's current build will do. The shared,
-        # read-only caches (KERNKIT_CACHE_SHARED) first: many machines, one build.
-        relative = self.key_dir.relative_to(cache.root())
-        for top in [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]:
-            lib = cache.find(top / relative, stamps if jit_enabled() else None)
+        # Without the JIT or a compiler, any toolchain's current build will do.
+        lib = self._find(stamps if jit_enabled() else None)
+        if lib is not None:
+            return lib
+        will_not_compile = compilers is None or frozen() or not jit_enabled()
+        if will_not_compile and self.backend in _CUDA_TWIN and not self.extra_cuda_cflags:
+            # This machine will not compile it: the same sources built by the other CUDA backend
+            # serve as well. A server without the build box's toolchain resolves the default
+            # backend differently (nvcc where NVRTC or CUDA's headers are missing).
+            lib = replace(self, backend=_CUDA_TWIN[self.backend])._find(None)
             if lib is not None:
                 return lib
         where = f"{self.label} key {self.key[:16]}"
@@ -294,6 +303,16 @@ class JitSpec:
         with cache.locked(self.key, self.label):
             lib = cache.find(self.key_dir, stamps)  # built by another process meanwhile?
             return lib if lib is not None else self._compile(backend, compilers)
+
+    def _find(self, stamps: list | None) -> Path | None:
+        """This key's current build (``cache.find``), in the shared read-only caches
+        (``KERNKIT_CACHE_SHARED``) first: many machines, one build."""
+        relative = self.key_dir.relative_to(cache.root())
+        for top in [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]:
+            lib = cache.find(top / relative, stamps)
+            if lib is not None:
+                return lib
+        return None
 
     def _compile(self, backend: Backend, compilers: list[str]) -> Path:
         staging = cache.staging_dir(self.key)

@@ -112,10 +112,14 @@ KERNKIT_DEVICE float ldexp_ieee(float v, int32_t k) {
 
 /// \brief `e^x` as `p * 2^k` with `p` in [0.70, 1.42]: for callers that multiply `p` by
 /// something before scaling, so that a small result is rounded once (see `ldexp_ieee`).
+/// \tparam kDegree Degree of the Taylor polynomial: 7 (within 1 ulp) or 5 (relative error
+/// below 2^-18, for results rounded to a 16-bit type; two fused multiply-adds fewer).
 /// \param x Finite, in [-200, 90] (clamp first).
 /// \param k Receives the power of two, in [-289, 130].
-/// \return `p`, within 1 ulp of `e^(x - k ln 2)`.
+/// \return `p`, within 1 ulp (kDegree 7) of `e^(x - k ln 2)`.
+template <int32_t kDegree = 7>
 KERNKIT_DEVICE float exp_ieee_split(float x, int32_t& k) {
+  static_assert(kDegree == 5 || kDegree == 7, "exp_ieee_split: kDegree must be 5 or 7");
   constexpr float kLog2e = 1.44269502f;
   constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 to 16 bits: k * kLn2Hi is exact
@@ -125,10 +129,13 @@ KERNKIT_DEVICE float exp_ieee_split(float x, int32_t& k) {
   k = __float_as_int(t) - __float_as_int(kShifter);
   float r = __fmaf_rn(-kf, kLn2Hi, x);
   r = __fmaf_rn(-kf, kLn2Lo, r);  // |r| <= 0.3466
-  // Taylor polynomial of degree 7: truncation below 0.05 ulp on |r| <= ln(2) / 2.
-  float p = 1.984127011e-04f;
-  p = __fmaf_rn(p, r, 1.388888923e-03f);
-  p = __fmaf_rn(p, r, 8.333333768e-03f);
+  // Taylor polynomial: truncation below 0.05 ulp (degree 7) or 2^-18.7 (degree 5) on |r| <= ln(2) / 2.
+  float p = 8.333333768e-03f;
+  if constexpr (kDegree == 7) {
+    p = 1.984127011e-04f;
+    p = __fmaf_rn(p, r, 1.388888923e-03f);
+    p = __fmaf_rn(p, r, 8.333333768e-03f);
+  }
   p = __fmaf_rn(p, r, 4.166666791e-02f);
   p = __fmaf_rn(p, r, 1.666666716e-01f);
   p = __fmaf_rn(p, r, 0.5f);

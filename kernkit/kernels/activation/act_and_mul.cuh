@@ -2,8 +2,10 @@
 /// \brief `act_and_mul<T, kAct, kUsePDL>`: out = act(x[..., :d]) * x[..., d:] for SiLU, exact
 /// (erf) GELU and tanh-GELU, for fp16, bf16 and fp32, computed in fp32 and rounded once.
 ///
-/// The activations use kernkit's IEEE-built `exp_ieee` / `erf_ieee` / `erfc_ieee` (math.cuh),
-/// never expf/erff/tanhf, so the GPU and the CPU emulator return the same bits.
+/// The activations are built from IEEE-rounded operations only (math.cuh's `exp_ieee_split`,
+/// `erf_ieee`, `erfc_ieee_split` and the fast paths below), never expf/erff/tanhf, so the GPU
+/// and the CPU emulator return the same bits. A branch-free fast path covers the gate and up
+/// values of real activations; the general functions take the rest (tiny, huge, non-finite).
 #pragma once
 
 #include <kernkit/math.cuh>  // exp_ieee_split, ldexp_ieee, erf_ieee, erfc_ieee_split
@@ -104,6 +106,13 @@ KERNKIT_DEVICE float gelu_mul(float v, float up) {
   return mul_ldexp(__fmul_rn(__fmul_rn(v, 0.5f), m), up, k);
 }
 
+/// \brief The sigmoid argument of tanh-GELU: `2 sqrt(2 / pi) (v + 0.044715 v^3)`.
+KERNKIT_DEVICE float gelu_tanh_arg(float v) {
+  constexpr float kC1 = 1.59576917f;  // 2 sqrt(2 / pi)
+  constexpr float kC3 = 0.0713548139f;  // 2 sqrt(2 / pi) * 0.044715
+  return __fmul_rn(v, __fmaf_rn(kC3, __fmul_rn(v, v), kC1));
+}
+
 /// \brief tanh-GELU times `up`: `0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) * up`,
 /// evaluated as the equal `v * sigmoid(2 sqrt(2 / pi) (v + 0.044715 v^3)) * up`
 /// (`0.5 (1 + tanh(u)) = sigmoid(2 u)`), which has no cancellation for negative `v`.
@@ -111,24 +120,129 @@ KERNKIT_DEVICE float gelu_mul(float v, float up) {
 /// \param up The up value.
 /// \return `gelu_tanh(v) * up`.
 KERNKIT_DEVICE float gelu_tanh_mul(float v, float up) {
-  constexpr float kC1 = 1.59576917f;  // 2 sqrt(2 / pi)
-  constexpr float kC3 = 0.0713548139f;  // 2 sqrt(2 / pi) * 0.044715
-  const float y = __fmul_rn(v, __fmaf_rn(kC3, __fmul_rn(v, v), kC1));
-  return mul_sigmoid(v, y, up);
+  return mul_sigmoid(v, gelu_tanh_arg(v), up);
 }
 
-/// \brief The activation `kAct` of `v`, times `up`.
+// ----- The fast paths: branch-free, for the gate and up values of real activations.
+//
+// Each holds where its caller checked `in_fast_range`: there no intermediate is subnormal or
+// overflows, so the power of two of the exponential can be applied by one multiplication, and
+// each result is within the op's stated accuracy. Everything else (zeros excepted: tiny or huge
+// values, infinities, NaN) takes the general functions above. With `kHalf` (inputs and results
+// of a 16-bit type) they use shorter polynomials and a Newton reciprocal: relative error below
+// 2^-13 before the final rounding, which keeps the result within one rounding of the dtype.
+
+/// \brief Whether `|x|` is 0 or in [2^-60, `hi`], `hi` given by its bits.
+KERNKIT_DEVICE bool in_fast_range(float x, uint32_t hi_bits) {
+  constexpr uint32_t kLo = 0x21800000u;  // 2^-60
+  const uint32_t a = __float_as_uint(x) & 0x7fffffffu;
+  return a - kLo <= hi_bits - kLo || a == 0;
+}
+
+constexpr uint32_t kBits87 = 0x42ae0000u;  ///< 87.0f: `e^-87` and its power of two stay normal.
+constexpr uint32_t kBits13 = 0x41500000u;  ///< 13.0f: `e^-(13 / sqrt 2)^2` and its power of two stay normal.
+constexpr uint32_t kBits2p60 = 0x5d800000u;  ///< 2^60.
+
+/// \brief `1 / d` for `d` in [1, 2]: a quadratic seed (relative error 0.0102) and one Newton
+/// step, relative error below 1.1e-4.
+KERNKIT_DEVICE float recip_1_2(float d) {
+  const float r = __fmaf_rn(__fmaf_rn(d, 0.323215038f, -1.45446897f), d, 2.12113643f);
+  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+
+/// \brief Whether the fast paths hold for gate `v` (`|v| <= hi`, by bits) and `up`. For 16-bit
+/// inputs and results (`kHalf`) tiny values need no bound: a subnormal intermediate keeps
+/// relative error 2^-15 at the smallest 16-bit values, far below the result's rounding.
+template <bool kHalf>
+KERNKIT_DEVICE bool fast_ok(float v, uint32_t hi_bits, float up) {
+  if constexpr (kHalf) {
+    return ((__float_as_uint(v) & 0x7fffffffu) <= hi_bits) & ((__float_as_uint(up) & 0x7fffffffu) <= kBits2p60);
+  } else {
+    return in_fast_range(up, kBits2p60) && in_fast_range(v, hi_bits);
+  }
+}
+
+/// \brief `v * sigmoid(y) * up` for `|y| <= 87`, `v` and `up` in the fast range: `e^-|y| = p 2^k`,
+/// then `v / (1 + e^-|y|) * up` for `y >= 0` and `(v p) / (1 + e^-|y|) * up * 2^k` below.
+/// \tparam kHalf Whether the result is rounded to a 16-bit type.
+template <bool kHalf>
+KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
+  int32_t k;
+  const float p = math::exp_ieee_split<kHalf ? 5 : 7>(-__int_as_float(__float_as_int(y) & 0x7fffffff), k);
+  const float pk = __int_as_float((k + 127) << 23);  // k in [-126, 0]
+  const float d = __fadd_rn(1.0f, __fmul_rn(p, pk));
+  const bool neg = y < 0.0f;
+  const float w = neg ? __fmul_rn(v, p) : v;
+  const float q = kHalf ? __fmul_rn(w, recip_1_2(d)) : __fdiv_rn(w, d);
+  return __fmul_rn(__fmul_rn(q, up), neg ? pk : 1.0f);
+}
+
+/// \brief Exact GELU times `up` for `|v| <= 13`, `v` and `up` in the fast range, through one
+/// formula for `erfc(a)`, `a = |v| / sqrt 2`: `e^(-a^2) t Q(t)` with `t = 1 / (1 + a / 2)` and
+/// `Q` a polynomial in `t - 0.6` (degree 9, or 6 for kHalf; fitted for kernkit: relative error
+/// of `t Q(t)` against `erfc(a) e^(a^2)` within 5 ulp, or 2^-19, for `a` in [0, 9.3]).
+/// Then `0.5 v (2 - erfc(a)) * up` for `v >= 0` and `0.5 v erfc(a) * up` below, the power of
+/// two of `e^(-a^2)` applied last.
+/// \tparam kHalf Whether the result is rounded to a 16-bit type.
+template <bool kHalf>
+KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
+  constexpr float kSqrtHalf = 0.707106769f;  // 1 / sqrt 2
+  const float a = __fmul_rn(__int_as_float(__float_as_int(v) & 0x7fffffff), kSqrtHalf);
+  const float t = __fdiv_rn(1.0f, __fmaf_rn(a, 0.5f, 1.0f));
+  const float u = __fsub_rn(t, 0.6f);
+  float q;
+  if constexpr (kHalf) {
+    q = 8.950208873e-02f;
+    q = __fmaf_rn(q, u, -3.911094740e-02f);
+    q = __fmaf_rn(q, u, -2.049879879e-01f);
+    q = __fmaf_rn(q, u, 6.879672408e-02f);
+    q = __fmaf_rn(q, u, 5.913634896e-01f);
+    q = __fmaf_rn(q, u, 8.025855422e-01f);
+    q = __fmaf_rn(q, u, 5.852251053e-01f);
+  } else {
+    q = 1.450784970e-02f;
+    q = __fmaf_rn(q, u, -5.678595603e-02f);
+    q = __fmaf_rn(q, u, -4.298207816e-03f);
+    q = __fmaf_rn(q, u, 1.119086295e-01f);
+    q = __fmaf_rn(q, u, -3.830994666e-02f);
+    q = __fmaf_rn(q, u, -2.077258825e-01f);
+    q = __fmaf_rn(q, u, 6.870673597e-02f);
+    q = __fmaf_rn(q, u, 5.914689898e-01f);
+    q = __fmaf_rn(q, u, 8.025884628e-01f);
+    q = __fmaf_rn(q, u, 5.852245092e-01f);
+  }
+  const float hi = __fmul_rn(a, a);
+  const float lo = __fmaf_rn(a, a, -hi);  // a^2 = hi + lo exactly
+  int32_t k;
+  float e = math::exp_ieee_split<kHalf ? 5 : 7>(-hi, k);  // k in [-122, 0]
+  e = __fmaf_rn(e, -lo, e);  // e^(-lo) = 1 - lo to fp32 precision
+  const float m = __fmul_rn(__fmul_rn(e, __fmul_rn(t, q)), 0.5f);  // erfc(a) / 2 = m 2^k
+  const float pk = __int_as_float((k + 127) << 23);
+  const bool neg = v < 0.0f;
+  const float h = neg ? m : __fmaf_rn(-m, pk, 1.0f);  // erfc(a) / 2 before its 2^k, or 1 - erfc(a) / 2
+  return __fmul_rn(__fmul_rn(__fmul_rn(v, h), up), neg ? pk : 1.0f);
+}
+
+/// \brief The activation `kAct` of `v`, times `up`: the fast path where it holds, else the
+/// general function.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
+/// \tparam kHalf Whether the result is rounded to a 16-bit type.
 /// \param v The gate value.
 /// \param up The up value.
 /// \return `act(v) * up`.
-template <int32_t kAct>
+template <int32_t kAct, bool kHalf>
 KERNKIT_DEVICE float act_mul(float v, float up) {
   if constexpr (kAct == kActSilu) {
+    if (fast_ok<kHalf>(v, kBits87, up)) return mul_sigmoid_fast<kHalf>(v, v, up);
     return silu_mul(v, up);
   } else if constexpr (kAct == kActGelu) {
+    if (fast_ok<kHalf>(v, kBits13, up)) return gelu_mul_fast<kHalf>(v, up);
     return gelu_mul(v, up);
   } else {
+    const float y = gelu_tanh_arg(v);
+    if (fast_ok<kHalf>(v, kBits87, up) && (__float_as_uint(y) & 0x7fffffffu) <= kBits87) {
+      return mul_sigmoid_fast<kHalf>(v, y, up);
+    }
     return gelu_tanh_mul(v, up);
   }
 }
@@ -168,7 +282,7 @@ __global__ void act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x,
     vec_t o;
     KERNKIT_UNROLL
     for (int k = 0; k < kVecN; ++k) {
-      o[k] = device::cast<T>(device::act::act_mul<kAct>(device::cast<fp32_t>(g[k]), device::cast<fp32_t>(u[k])));
+      o[k] = device::cast<T>(device::act::act_mul<kAct, sizeof(T) == 2>(device::cast<fp32_t>(g[k]), device::cast<fp32_t>(u[k])));
     }
     o.store(out + row * d, i);
   }

@@ -125,12 +125,13 @@ KERNKIT_DEVICE float gelu_tanh_mul(float v, float up) {
 
 // ----- The fast paths: branch-free, for the gate and up values of real activations.
 //
-// Each holds where its caller checked `in_fast_range`: there no intermediate is subnormal or
-// overflows, so the power of two of the exponential can be applied by one multiplication, and
-// each result is within the op's stated accuracy. Everything else (zeros excepted: tiny or huge
-// values, infinities, NaN) takes the general functions above. With `kHalf` (inputs and results
-// of a 16-bit type) they use shorter polynomials and a Newton reciprocal: relative error below
-// 2^-13 before the final rounding, which keeps the result within one rounding of the dtype.
+// Each holds where `fast_ok` says so: there no intermediate is subnormal or overflows (for
+// 16-bit types: none where it could matter), so the power of two of the exponential can be
+// applied by one multiplication, and each result is within the op's stated accuracy. Everything
+// else (tiny or huge values, infinities, NaN) takes the general functions above. With `kHalf`
+// (inputs and results of a 16-bit type) they use shorter polynomials and a Newton reciprocal:
+// relative error below 2^-13 before the final rounding, which keeps the result within one
+// rounding of the dtype.
 
 /// \brief Whether `|x|` is 0 or in [2^-60, `hi`], `hi` given by its bits.
 KERNKIT_DEVICE bool in_fast_range(float x, uint32_t hi_bits) {
@@ -162,9 +163,9 @@ KERNKIT_DEVICE bool fast_ok(float v, uint32_t hi_bits, float up) {
   }
 }
 
-/// \brief `v * sigmoid(y) * up` for `|y| <= 87`, `v` and `up` in the fast range: `e^-|y| = p 2^k`,
-/// then `v / (1 + e^-|y|) * up` for `y >= 0` and `(v p) / (1 + e^-|y|) * up * 2^k` below.
-/// \tparam kHalf Whether the result is rounded to a 16-bit type.
+/// \brief `v * sigmoid(y) * up` for `|y| <= 87` where `fast_ok` holds: `e^-|y| = p 2^k`, then
+/// `v / (1 + e^-|y|) * up` for `y >= 0` and `(v p) / (1 + e^-|y|) * up * 2^k` below.
+/// \tparam kHalf Whether inputs and result are of a 16-bit type.
 template <bool kHalf>
 KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
   int32_t k;
@@ -177,13 +178,13 @@ KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
   return __fmul_rn(__fmul_rn(q, up), neg ? pk : 1.0f);
 }
 
-/// \brief Exact GELU times `up` for `|v| <= 13`, `v` and `up` in the fast range, through one
+/// \brief Exact GELU times `up` for `|v| <= 13` where `fast_ok` holds, through one
 /// formula for `erfc(a)`, `a = |v| / sqrt 2`: `e^(-a^2) t Q(t)` with `t = 1 / (1 + a / 2)` and
 /// `Q` a polynomial in `t - 0.6` (degree 9, or 6 for kHalf; fitted for kernkit: relative error
 /// of `t Q(t)` against `erfc(a) e^(a^2)` within 5 ulp, or 2^-19, for `a` in [0, 9.3]).
 /// Then `0.5 v (2 - erfc(a)) * up` for `v >= 0` and `0.5 v erfc(a) * up` below, the power of
 /// two of `e^(-a^2)` applied last.
-/// \tparam kHalf Whether the result is rounded to a 16-bit type.
+/// \tparam kHalf Whether inputs and result are of a 16-bit type.
 template <bool kHalf>
 KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   constexpr float kSqrtHalf = 0.707106769f;  // 1 / sqrt 2
@@ -226,7 +227,7 @@ KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
 /// \brief The activation `kAct` of `v`, times `up`: the fast path where it holds, else the
 /// general function.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
-/// \tparam kHalf Whether the result is rounded to a 16-bit type.
+/// \tparam kHalf Whether inputs and result are of a 16-bit type.
 /// \param v The gate value.
 /// \param up The up value.
 /// \return `act(v) * up`.
@@ -282,7 +283,9 @@ __global__ void act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x,
     vec_t o;
     KERNKIT_UNROLL
     for (int k = 0; k < kVecN; ++k) {
-      o[k] = device::cast<T>(device::act::act_mul<kAct, sizeof(T) == 2>(device::cast<fp32_t>(g[k]), device::cast<fp32_t>(u[k])));
+      const float r =
+          device::act::act_mul<kAct, sizeof(T) == 2>(device::cast<fp32_t>(g[k]), device::cast<fp32_t>(u[k]));
+      o[k] = device::cast<T>(r);
     }
     o.store(out + row * d, i);
   }

@@ -379,15 +379,16 @@ inline void check_eps(float eps) {
       << "'eps': expected a finite value >= 0, got " << eps;
 }
 
+/// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
+/// H200, bf16, hidden 4096 and 5120: holding it saves 0.3-0.4 us up to 256 rows; from 1024 rows
+/// loading it after the reduction is mostly faster (16384 rows: 76 against 87 us, 96 against 122
+/// us; but 10.0 against 9.3 us at 5120 x 1024).
+constexpr int64_t kHoldWeightRows = 1024;
+
 /// \brief Blocks for `rows` rows of `rows_per_block`, checked to fit the grid.
 /// \param rows Rows.
 /// \param rows_per_block Rows per block.
 /// \return The grid size.
-/// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
-/// H200, bf16, hidden 4096 and 5120: holding it saves 0.3-0.4 us up to 256 rows; from 1024 rows
-/// loading it after the reduction is faster (16384 rows: 76 against 87 us, 96 against 122 us).
-constexpr int64_t kHoldWeightRows = 1024;
-
 inline uint32_t norm_grid(int64_t rows, int64_t rows_per_block) {
   const int64_t blocks = div_ceil(rows, rows_per_block);
   KERNKIT_CHECK(blocks <= int64_t{0x7fffffff}, ValueError) << "'x': too many rows for one launch: " << rows;

@@ -23,20 +23,10 @@ bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 #: (dtype, hidden) of every build these tests use.
 BUILDS = [(bf16, 4096), (bf16, 1024), (fp16, 128), (fp32, 1000)]
 
-#: Unit roundoff of each dtype.
-UNIT = {bf16: 2.0**-8, fp16: 2.0**-11, fp32: 2.0**-24}
-
-
-def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """The formula in float64 (of the values ``x`` holds, whatever its dtype)."""
-    x = x.double()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-
 
 def assert_within_tolerance(got: torch.Tensor, want: torch.Tensor) -> None:
-    """The docstring's bound: ``(u + 128 * 2**-24) * |ref| + smallest subnormal``."""
-    fi = torch.finfo(got.dtype)
-    bound = (UNIT[got.dtype] + 128 * 2.0**-24) * want.abs() + fi.smallest_normal * fi.eps
+    """The docstring's bound (``reference.rmsnorm_bound``)."""
+    bound = kernel_order.rmsnorm_bound(want, got.dtype)
     err = (got.double() - want).abs()
     assert torch.isfinite(got).all()
     worst = (err / bound).max().item() if err.numel() else 0.0
@@ -56,7 +46,7 @@ def test_rmsnorm_within_the_stated_tolerance(dtype, hidden, lead):
     for eps in (1e-6, 1e-2):
         y = rmsnorm(x, w, eps)
         assert y.shape == x.shape and y.dtype == dtype and y.is_contiguous()
-        assert_within_tolerance(y, reference(x, w, eps))
+        assert_within_tolerance(y, kernel_order.rmsnorm64(x, w, eps))
 
 
 @pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
@@ -83,7 +73,7 @@ def test_rmsnorm_is_not_the_identity_or_unweighted():
     """The tolerance test fails for a kernel that skips the scaling or the weight."""
     x, w = randn((4, 1024), bf16, 3, scale=5.0), randn((1024,), bf16, 4)
     y = rmsnorm(x, w)
-    unweighted = reference(x, torch.ones_like(w), 1e-6)
+    unweighted = kernel_order.rmsnorm64(x, torch.ones_like(w), 1e-6)
     assert (y.double() - unweighted).abs().max() > 0.1
     assert (y.double() - x.double()).abs().max() > 0.1
 
@@ -93,8 +83,8 @@ def test_rmsnorm_is_scale_invariant_away_from_eps(scale):
     x, w = randn((3, 128), fp16, 5), randn((128,), fp16, 6)
     y = rmsnorm(x, w, 0.0)
     z = rmsnorm((x.float() * scale).to(fp16), w, 0.0)
-    assert_within_tolerance(y, reference(x, w, 0.0))
-    assert_within_tolerance(z, reference((x.float() * scale).to(fp16), w, 0.0))
+    assert_within_tolerance(y, kernel_order.rmsnorm64(x, w, 0.0))
+    assert_within_tolerance(z, kernel_order.rmsnorm64((x.float() * scale).to(fp16), w, 0.0))
 
 
 def test_rmsnorm_special_rows():
@@ -121,7 +111,7 @@ def test_strided_rows_in_and_out_and_nothing_else_written():
     out = outbuf[:, :1024]
     result = rmsnorm(x, w, 1e-6, out=out)
     assert result is out
-    assert_within_tolerance(out, reference(x, w, 1e-6))
+    assert_within_tolerance(out, kernel_order.rmsnorm64(x, w, 1e-6))
     assert torch.equal(outbuf[:, 1024:], torch.full((6, 1024), 7.0, dtype=bf16))
 
 
@@ -131,9 +121,9 @@ def test_collapsible_leading_dimensions_are_flattened():
     buf = randn((2, 3, 256), fp16, 10)
     x = buf[:, :, :128]
     w = randn((128,), fp16, 11)
-    assert_within_tolerance(rmsnorm(x, w), reference(x, w, 1e-6))
+    assert_within_tolerance(rmsnorm(x, w), kernel_order.rmsnorm64(x, w, 1e-6))
     y = randn((5, 1, 128), fp16, 12)
-    assert_within_tolerance(rmsnorm(y, w), reference(y, w, 1e-6))
+    assert_within_tolerance(rmsnorm(y, w), kernel_order.rmsnorm64(y, w, 1e-6))
 
 
 def test_leading_dimensions_that_do_not_collapse_are_refused():
@@ -149,7 +139,7 @@ def test_fused_add_rmsnorm_residual_is_the_rounded_fp32_sum():
     assert fused_add_rmsnorm(x, r, w, 1e-6) is None
     assert x.data_ptr() == xp and r.data_ptr() == rp
     assert torch.equal(r, s.to(bf16))
-    assert_within_tolerance(x, reference(s, w, 1e-6))
+    assert_within_tolerance(x, kernel_order.rmsnorm64(s, w, 1e-6))
 
 
 def test_fused_add_rmsnorm_normalizes_the_fp32_sum_not_the_rounded_one():
@@ -161,8 +151,8 @@ def test_fused_add_rmsnorm_normalizes_the_fp32_sum_not_the_rounded_one():
     r = (torch.randn(8, 1024, generator=g) * 0.02).to(bf16)
     w = torch.ones(1024, dtype=bf16)
     s = x.float() + r.float()
-    from_fp32 = reference(s, w, 1e-6).to(bf16)
-    from_rounded = reference(s.to(bf16), w, 1e-6).to(bf16)
+    from_fp32 = kernel_order.rmsnorm64(s, w, 1e-6).to(bf16)
+    from_rounded = kernel_order.rmsnorm64(s.to(bf16), w, 1e-6).to(bf16)
     assert (from_fp32 != from_rounded).float().mean() > 0.05  # the two readings differ
     fused_add_rmsnorm(x, r, w, 1e-6)
     agree_fp32 = (x == from_fp32).float().mean().item()
@@ -179,7 +169,7 @@ def test_fused_add_rmsnorm_strided_rows(dtype, hidden):
     s = x.float() + r.float()
     fused_add_rmsnorm(x, r, w, 1e-5)
     assert torch.equal(r, s.to(dtype))
-    assert_within_tolerance(x, reference(s, w, 1e-5))
+    assert_within_tolerance(x, kernel_order.rmsnorm64(s, w, 1e-5))
     assert torch.equal(xbuf[..., hidden:], x_rest)
     assert torch.equal(torch.cat([rbuf[..., :hidden], rbuf[..., 2 * hidden :]], -1), r_rest)
 

@@ -22,7 +22,6 @@ DTYPES = [fp16, bf16, fp32]
 #: whose threads do not all get the same number of vectors.
 HIDDENS = [4096, 5120, 128, 1024, 1000, 8200]
 ROWS = [1, 7, 33, 1000, 16384 + 3]
-UNIT = {bf16: 2.0**-8, fp16: 2.0**-11, fp32: 2.0**-24}
 
 
 def norm_with_pdl(dtype: torch.dtype, hidden: int, use_pdl: bool) -> JitSpec:
@@ -33,17 +32,10 @@ def norm_with_pdl(dtype: torch.dtype, hidden: int, use_pdl: bool) -> JitSpec:
                                        ("fused_add_rmsnorm", f"fused_add_rmsnorm<{args}>")])
 
 
-def reference64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x = x.double()
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-
-
 def assert_within_tolerance(got: torch.Tensor, want: torch.Tensor) -> None:
-    """``(u + 128 * 2**-24) * |ref| + smallest subnormal``, as the docstrings state."""
-    fi = torch.finfo(got.dtype)
-    bound = (UNIT[got.dtype] + 128 * 2.0**-24) * want.abs() + fi.smallest_normal * fi.eps
+    """The docstrings' bound (``reference.rmsnorm_bound``)."""
     assert torch.isfinite(got).all()
-    assert ((got.double() - want).abs() <= bound).all()
+    assert ((got.double() - want).abs() <= kernel_order.rmsnorm_bound(want, got.dtype)).all()
 
 
 def sizes(dtype):
@@ -69,7 +61,7 @@ def test_rmsnorm_matches_float64_and_the_kernel_order_bits(dtype, rows):
         x = (torch.randn(rows, hidden, generator=g) * 3).to(dtype)
         w = torch.randn(hidden, generator=g).to(dtype)
         y = rmsnorm(x.cuda(), w.cuda(), 1e-6).cpu()
-        assert_within_tolerance(y, reference64(x, w, 1e-6))
+        assert_within_tolerance(y, kernel_order.rmsnorm64(x, w, 1e-6))
         want = torch.empty_like(x)
         kernel_order.rmsnorm(want, x, w, 1e-6)
         assert torch.equal(y, want), (hidden, rows)
@@ -87,7 +79,7 @@ def test_fused_add_rmsnorm_matches_float64_and_the_kernel_order_bits(dtype, rows
         fused_add_rmsnorm(xd, rd, w.cuda(), 1e-5)
         s = x.float() + r.float()
         assert torch.equal(rd.cpu(), s.to(dtype))
-        assert_within_tolerance(xd.cpu(), reference64(s, w, 1e-5))
+        assert_within_tolerance(xd.cpu(), kernel_order.rmsnorm64(s, w, 1e-5))
         x1, r1 = x.clone(), r.clone()
         kernel_order.fused_add_rmsnorm(x1, r1, w, 1e-5)
         assert torch.equal(xd.cpu(), x1)
@@ -100,16 +92,16 @@ def test_strided_and_multi_dimensional_rows():
     outbuf = torch.full((4, 9, 4096 + 64), 5.0, device="cuda", dtype=bf16)
     out = outbuf[..., :4096]
     rmsnorm(x, w, 1e-6, out=out)
-    assert_within_tolerance(out.cpu(), reference64(x.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(out.cpu(), kernel_order.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
     assert (outbuf[..., 4096:] == 5.0).all()
     q = torch.randn(1000, 32, 128, device="cuda").half()  # a per-head q norm
     wq = torch.randn(128, device="cuda").half()
-    assert_within_tolerance(rmsnorm(q, wq).cpu(), reference64(q.cpu(), wq.cpu(), 1e-6))
+    assert_within_tolerance(rmsnorm(q, wq).cpu(), kernel_order.rmsnorm64(q.cpu(), wq.cpu(), 1e-6))
     r = torch.randn(4, 9, 2 * 4096, device="cuda").bfloat16()[..., :4096]
     s = x.float() + r.float()
     fused_add_rmsnorm(x, r, w)
     assert torch.equal(r, s.bfloat16())
-    assert_within_tolerance(x.cpu(), reference64(s.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(x.cpu(), kernel_order.rmsnorm64(s.cpu(), w.cpu(), 1e-6))
 
 
 @pytest.mark.parametrize("use_pdl", [False, True])
@@ -144,7 +136,7 @@ def test_non_default_stream():
     with torch.cuda.stream(stream):
         y = rmsnorm(x, w)
     stream.synchronize()
-    assert_within_tolerance(y.cpu(), reference64(x.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(y.cpu(), kernel_order.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
 
 
 def test_cuda_graph_replay():

@@ -21,6 +21,7 @@
 
 #include <tvm/ffi/container/tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -95,6 +96,18 @@ KERNKIT_DEVICE float row_sum(float value, float* smem) {
 /// \param sum_sq The row's sum of squares.
 /// \param eps Added to the mean of squares.
 /// \return The reciprocal of the row's RMS.
+/// \brief A thread's `i`-th weight vector (vector `j` of `weight`): its copy in `held`, or loaded now.
+template <bool kHold, typename V, size_t kN, typename T>
+KERNKIT_DEVICE V weight_vec(const V (&held)[kN], const T* __restrict__ weight, int32_t i, int64_t j) {
+  if constexpr (kHold) {
+    return held[i];
+  } else {
+    V w;
+    w.load(weight, j);
+    return w;
+  }
+}
+
 template <int64_t kHidden>
 KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
   const float mean = __fdiv_rn(sum_sq, static_cast<float>(kHidden));
@@ -165,12 +178,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
       if (Layout::kExact || j < Layout::kVecs) {
-        vec_t wi;
-        if constexpr (kHoldWeight) {
-          wi = w[i];
-        } else {
-          wi.load(weight, j);
-        }
+        const vec_t wi = device::norm::weight_vec<kHoldWeight>(w, weight, i, j);
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
@@ -247,12 +255,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
       if (Layout::kExact || j < Layout::kVecs) {
-        vec_t wi;
-        if constexpr (kHoldWeight) {
-          wi = w[i];
-        } else {
-          wi.load(weight, j);
-        }
+        const vec_t wi = device::norm::weight_vec<kHoldWeight>(w, weight, i, j);
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {

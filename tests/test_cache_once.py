@@ -84,6 +84,22 @@ def test_exceptions_are_not_cached():
     assert attempts == [3, 3]
 
 
+def test_an_unhashable_argument_is_a_type_error_naming_its_parameter():
+    calls = []
+
+    @cache_once
+    def factory(dtype, approximate):
+        calls.append(approximate)
+        return approximate
+
+    with pytest.raises(TypeError, match=r"^'approximate': expected a hashable value \(.*factory caches on it\), "
+                                        r"got list$"):
+        factory("bf16", ["tanh"])
+    with pytest.raises(TypeError, match=r"^'approximate': .* got dict$"):
+        factory("bf16", approximate={})
+    assert calls == [] and factory("bf16", "tanh") == "tanh"
+
+
 def test_traced_by_torch_compile_without_graph_break():
     torch = pytest.importorskip("torch")
 

@@ -27,7 +27,8 @@ def cache_once(fn: F) -> F:
     Dynamo is loaded a miss runs outside the graph it may be tracing (``torch.compiler.disable``:
     a cold load inside ``torch.compile`` is a graph break, never a tracing error); without it
     nothing imports Dynamo, which costs a second of process start. An exception is not cached.
-    Arguments must be hashable; keyword arguments are part of the key.
+    Arguments must be hashable (an unhashable one is a ``TypeError`` naming the parameter it was
+    passed as, which ops name after their own arguments); keyword arguments are part of the key.
 
     Example
     -------
@@ -61,7 +62,23 @@ def cache_once(fn: F) -> F:
             if "torch._dynamo" in sys.modules:  # perhaps tracing: keep the load out of the graph
                 return torch.compiler.disable(compute)(key, args, kwargs)
             return compute(key, args, kwargs)
+        except TypeError:  # an unhashable argument: name it, not just its type
+            raise _unhashable(fn, args, kwargs) from None
 
     wrapper.cache = cache  # type: ignore[attr-defined]
     wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def _unhashable(fn: Callable, args: tuple, kwargs: dict) -> TypeError:
+    """The error for a call of ``fn`` with an argument that cannot be a key."""
+    import inspect
+
+    bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    for name, value in bound.items():
+        try:
+            hash(value)
+        except TypeError:
+            return TypeError(f"'{name}': expected a hashable value ({fn.__module__}.{fn.__qualname__} caches on it), "
+                             f"got {type(value).__name__}")
+    return TypeError(f"{fn.__module__}.{fn.__qualname__}: an argument is not hashable")

@@ -38,8 +38,10 @@ def _silu_module(dtype: torch.dtype, is_cuda: bool):
 
 @cache_once
 def _gelu_module(approximate: str, dtype: torch.dtype, is_cuda: bool):
-    # Runs once per key: the place for checking `approximate` (gelu_and_mul keeps keys that
-    # are not a str, which may not even hash, away from the cache).
+    # Runs once per key: the place for checking `approximate` (cache_once names it when it does
+    # not even hash).
+    if not isinstance(approximate, str):
+        raise TypeError(f"'approximate': expected a str ('none' or 'tanh'), got {type(approximate).__name__}")
     if approximate not in GELU_APPROXIMATE:
         raise ValueError(f"'approximate': expected 'none' or 'tanh', got {approximate!r}")
     return act_and_mul_spec(GELU_APPROXIMATE[approximate], dtype, None if is_cuda else "emu").build_and_load()
@@ -158,8 +160,6 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, out: Optional[to
     >>> y.shape
     torch.Size([4, 1024])
     """
-    if type(approximate) is not str:  # about 30 ns: a list would fail in the cache lookup, unnamed
-        raise TypeError(f"'approximate': expected a str ('none' or 'tanh'), got {type(approximate).__name__}")
     if out is None:
         out = _out(x)
     _gelu_module(approximate, x.dtype, x.is_cuda).act_and_mul(out, x)

@@ -91,11 +91,6 @@ KERNKIT_DEVICE float row_sum(float value, float* smem) {
   }
 }
 
-/// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
-/// \tparam kHidden Elements per row.
-/// \param sum_sq The row's sum of squares.
-/// \param eps Added to the mean of squares.
-/// \return The reciprocal of the row's RMS.
 /// \brief A thread's `i`-th weight vector (vector `j` of `weight`): its copy in `held`, or loaded now.
 template <bool kHold, typename V, size_t kN, typename T>
 KERNKIT_DEVICE V weight_vec(const V (&held)[kN], const T* __restrict__ weight, int32_t i, int64_t j) {
@@ -108,6 +103,11 @@ KERNKIT_DEVICE V weight_vec(const V (&held)[kN], const T* __restrict__ weight, i
   }
 }
 
+/// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
+/// \tparam kHidden Elements per row.
+/// \param sum_sq The row's sum of squares.
+/// \param eps Added to the mean of squares.
+/// \return The reciprocal of the row's RMS.
 template <int64_t kHidden>
 KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
   const float mean = __fdiv_rn(sum_sq, static_cast<float>(kHidden));

@@ -161,6 +161,13 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fres
     with pytest.raises(ValueError, match="mode must be"):
         freeze("later")
 
+    from kernkit.jit import cache
+    from kernkit.tools import cache as tool
+
+    assert tool.clear() >= 1  # the builds go; the log of frozen compiles stays, and nothing is left aside
+    assert [p.name for p in cache.root().iterdir() if not p.is_dir()] == ["frozen-compiles.jsonl"]
+    assert not [p for p in cache.root().iterdir() if p.name.startswith(".trash")]
+
 
 # --------------------------------------------------------------------------------------------
 # Ship: cache export / import

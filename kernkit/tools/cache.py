@@ -85,7 +85,7 @@ def clear(kernel: str | None = None) -> int:
     """
     top = root()
     count = len(published(kernel))
-    kernels = [p for p in top.iterdir() if not p.name.startswith(".")] if top.is_dir() else []
+    kernels = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")] if top.is_dir() else []
     failed = list((top / ".failed").iterdir()) if (top / ".failed").is_dir() else []
     for path in kernels + failed:
         if kernel is None or (path.name if path in kernels else path.name.rsplit("-", 1)[0]) == kernel:

@@ -36,15 +36,20 @@ def _silu_module(dtype: torch.dtype, is_cuda: bool):
     return act_and_mul_spec("silu", dtype, None if is_cuda else "emu").build_and_load()
 
 
-@cache_once
-def _gelu_module(approximate: str, dtype: torch.dtype, is_cuda: bool):
-    # Runs once per key: the place for checking `approximate` (cache_once names it when it does
-    # not even hash).
+def _gelu_activation(approximate: object) -> str:
+    """The activation ``approximate`` selects; a TypeError/ValueError naming it otherwise."""
     if not isinstance(approximate, str):
         raise TypeError(f"'approximate': expected a str ('none' or 'tanh'), got {type(approximate).__name__}")
     if approximate not in GELU_APPROXIMATE:
         raise ValueError(f"'approximate': expected 'none' or 'tanh', got {approximate!r}")
-    return act_and_mul_spec(GELU_APPROXIMATE[approximate], dtype, None if is_cuda else "emu").build_and_load()
+    return GELU_APPROXIMATE[approximate]
+
+
+@cache_once
+def _gelu_module(approximate: str, dtype: torch.dtype, is_cuda: bool):
+    # Runs once per key: the place for checking `approximate` (cache_once names it when it does
+    # not even hash).
+    return act_and_mul_spec(_gelu_activation(approximate), dtype, None if is_cuda else "emu").build_and_load()
 
 
 def _out(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
@@ -68,10 +73,7 @@ def _gelu_specializations(dtypes: Sequence[torch.dtype] = ACT_DTYPES, backend: s
                           approximate: Sequence[str] = tuple(GELU_APPROXIMATE), **unused: object) -> list[JitSpec]:
     if isinstance(approximate, str):
         approximate = [approximate]
-    bad = [a for a in approximate if a not in GELU_APPROXIMATE]
-    if bad:
-        raise ValueError(f"'approximate': expected 'none' or 'tanh', got {bad[0]!r}")
-    return _specializations([GELU_APPROXIMATE[a] for a in dict.fromkeys(approximate)], dtypes, backend)
+    return _specializations([_gelu_activation(a) for a in dict.fromkeys(approximate)], dtypes, backend)
 
 
 @register_op(fake=_out, specializations=_silu_specializations)

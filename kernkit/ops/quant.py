@@ -36,9 +36,10 @@ def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
     return per_token_quant_fp8_spec(dtype, hidden, None if is_cuda else "emu").build_and_load()
 
 
-def _outputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q`` (fp8, shaped like ``x``, contiguous) and ``scales`` (fp32, ``[*x.shape[:-1], 1]``)."""
-    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+def _outputs(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` (``out``, or fp8 shaped like ``x``, contiguous) and ``scales`` (fp32,
+    ``[*x.shape[:-1], 1]``)."""
+    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device) if out is None else out
     return q, torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
 
 
@@ -58,9 +59,7 @@ def _quantize_rows(x: torch.Tensor, out: Optional[torch.Tensor]) -> tuple[torch.
     if out is not None and (out.shape != x.shape or not out.is_contiguous()):
         raise ValueError(f"'out': expected a contiguous tensor of shape {list(x.shape)} (that of 'x'), "
                          f"got shape {list(out.shape)} with strides {list(out.stride())}")
-    q, scales = _outputs(x)
-    if out is not None:
-        q = out
+    q, scales = _outputs(x, out)
     hidden = x.shape[-1]
     _module(x.dtype, hidden, x.is_cuda).per_token_quant_fp8(q.view(-1, hidden), scales.view(-1, 1),
                                                            x.reshape(-1, hidden))
@@ -110,8 +109,6 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) 
     """
     if x.dim() != 2:
         return _quantize_rows(x, out)
-    q, scales = _outputs(x)
-    if out is not None:
-        q = out
+    q, scales = _outputs(x, out)
     _module(x.dtype, x.shape[1], x.is_cuda).per_token_quant_fp8(q, scales, x)
     return q, scales

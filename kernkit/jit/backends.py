@@ -22,7 +22,6 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import tvm_ffi.libinfo
@@ -33,6 +32,13 @@ INCLUDE_DIR = PACKAGE_ROOT / "include"
 #: The shipped kernel templates; relative file names given to ``load_jit`` resolve here.
 KERNELS_DIR = PACKAGE_ROOT / "kernels"
 LIB_NAME = "lib.so"
+
+
+def shipped_name(f: str) -> str | None:
+    """Source ``f``'s name under ``KERNELS_DIR`` (how units, trees and manifests name a shipped
+    kernel, wherever kernkit is installed), or None for a file outside it."""
+    path = Path(f)
+    return path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else None
 
 #: Host C++ units (``cpp_files``).
 CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")

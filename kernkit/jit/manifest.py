@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .._version import __version__
 from .arch import ArchError, CudaArch
-from .backends import KERNELS_DIR
+from .backends import shipped_name
 from .config import RECORD_VAR
 
 FORMAT = 1
@@ -35,12 +35,8 @@ class ManifestError(ValueError):
 
 def request(spec) -> dict:
     """``spec`` as a build request (JSON-ready): ``JitSpec.make``'s arguments."""
-    def source(f: str) -> str:
-        path = Path(f)
-        return path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else f
-
-    return {"marker": [spec.name, *spec.template_args], "cuda_files": [source(f) for f in spec.cuda_files],
-            "cpp_files": [source(f) for f in spec.cpp_files], "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
+    return {"marker": [spec.name, *spec.template_args], "cuda_files": [shipped_name(f) or f for f in spec.cuda_files],
+            "cpp_files": [shipped_name(f) or f for f in spec.cpp_files], "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
             "cpp_wrappers": [list(w) for w in spec.cpp_wrappers], "extra_cflags": list(spec.extra_cflags),
             "extra_cuda_cflags": list(spec.extra_cuda_cflags), "extra_ldflags": list(spec.extra_ldflags),
             "extra_include_paths": list(spec.extra_include_paths), "backend": spec.backend,

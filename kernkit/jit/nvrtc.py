@@ -30,7 +30,7 @@ from pathlib import Path
 import tvm_ffi.libinfo
 
 from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, find_cuda_home,
-                       find_cxx, ninja_deps, run_ninja, stamp, write_ninja)
+                       find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
 from .split import split
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
@@ -209,8 +209,7 @@ def _dir_stamp(d: str) -> list:
 
 def _half_name(f: str, i: int) -> str:
     """How the halves' trees name source ``f`` (``i``-th of the spec's CUDA files)."""
-    path = Path(f)
-    return path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else f"user/{i}/{path.name}"
+    return shipped_name(f) or f"user/{i}/{Path(f).name}"
 
 
 def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:

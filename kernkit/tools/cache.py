@@ -241,10 +241,10 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
         path = Path(dep[0])
         if meta.get("package") and Path(meta["package"]) in path.parents:
             path = PACKAGE_ROOT / path.relative_to(meta["package"])
-        if not path.is_file() or sha256(path) != dep[-1]:
-            raise ValueError(f"it was built from {dep[0]}, which {'differs' if path.is_file() else 'is missing'} "
-                             f"here ({path})")
-        deps.append(file_record(path))
+        here = file_record(path) if path.is_file() else None
+        if here is None or here[-1] != dep[-1]:
+            raise ValueError(f"it was built from {dep[0]}, which {'differs' if here else 'is missing'} here ({path})")
+        deps.append(here)
     return {**meta, "deps": deps, "imported": True}
 
 

@@ -288,6 +288,22 @@ def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_
     assert not any((tmp_path / "b" / "v2" / ".staging").iterdir())
 
 
+def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
+    from kernkit.tools import cache as tool
+
+    _scale_build(tmp_path / "a", monkeypatch)
+    tool.export_builds(tmp_path / "x.tar.gz")
+
+    def later(name, data):
+        return data.replace(b'"format": 1', b'"format": 2') if name == "index.json" else data
+
+    _rewrite(tmp_path / "x.tar.gz", tmp_path / "y.tar.gz", later)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    with pytest.raises(tool.ArchiveError, match="of format 2; this kernkit reads format 1"):
+        tool.import_builds(tmp_path / "y.tar.gz")
+    assert not list((tmp_path / "b").glob("v2/scale/*/*/meta.json"))
+
+
 def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatch, fresh_cache):
     from kernkit.tools import cache as tool
 

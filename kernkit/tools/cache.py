@@ -141,18 +141,18 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     """
     from ..jit import manifest
 
-    builds = published()
-    if manifest_file is not None:
-        wanted = []
+    if manifest_file is None:
+        builds = published()
+    else:
+        builds = []
         for spec in manifest.specs(manifest_file):
             lib = find(spec.key_dir, None)
             if lib is None:
                 raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {root()}: run "
                                    f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
-            wanted.append(lib.parent)
-        builds = [(path, meta) for path, meta in builds if path in wanted]
-    index = [{"dir": path.relative_to(root()).as_posix(), "title": meta["title"], "arch": meta.get("arch"),
-              "sha256": meta["lib"]["sha256"]} for path, meta in builds]
+            builds.append((lib.parent, json.loads((lib.parent / "meta.json").read_bytes())))
+    index = [{"dir": path.relative_to(root()).as_posix(), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
+             for path, meta in builds]
     tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
     with tarfile.open(tmp, "w:gz") as tar:
         data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
@@ -193,9 +193,13 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
     done, refused = [], []
     with tar:
         try:
-            index = json.loads(tar.extractfile("index.json").read())["builds"]
-        except (KeyError, AttributeError, ValueError, tarfile.TarError) as e:
+            head = json.loads(tar.extractfile("index.json").read())
+            index = head["builds"]
+        except (KeyError, AttributeError, TypeError, ValueError, tarfile.TarError) as e:
             raise ArchiveError(f"{archive} is not a kernkit cache archive (no readable index.json: {e})") from None
+        if head.get("format") != ARCHIVE_FORMAT:
+            raise ArchiveError(f"{archive} is a kernkit cache archive of format {head.get('format')!r}; this "
+                               f"kernkit reads format {ARCHIVE_FORMAT}")
         for entry in index:
             staging = staging_dir(str(entry.get("sha256", "import"))[:16])
             try:

@@ -98,6 +98,26 @@ KERNKIT_DEVICE T cos(const T& x) {
 // The stated errors were measured against float64 over dense sweeps (tests/test_headers_emu.py).
 // A NaN input is returned as it is.
 
+/// \brief The bits of `|x|` (the sign bit cleared). For non-negative floats the bit patterns are
+/// ordered like the values, and every NaN lies above +inf: an integer max of them is max|x|
+/// with a NaN winning, and an unsigned compare against a bound's bits is `|x| <= bound`, false
+/// for NaN.
+/// \param x The value.
+/// \return The bits of `|x|`.
+KERNKIT_DEVICE uint32_t abs_bits(float x) {
+  return __float_as_uint(x) & 0x7fffffffu;
+}
+
+/// \brief `|x|`, by bits.
+KERNKIT_DEVICE float abs_ieee(float x) {
+  return __uint_as_float(abs_bits(x));
+}
+
+/// \brief `2^k` for `k` in [-126, 127], built from its exponent bits.
+KERNKIT_DEVICE float pow2i(int32_t k) {
+  return __int_as_float((k + 127) << 23);
+}
+
 /// \brief `v * 2^k` with a single rounding (only where the result is subnormal or overflows).
 /// \param v A finite value with `v * 2^(k / 2)` normal (as for `exp_ieee_split`'s results).
 /// \param k The exponent, in [-252, 254].
@@ -105,9 +125,7 @@ KERNKIT_DEVICE T cos(const T& x) {
 KERNKIT_DEVICE float ldexp_ieee(float v, int32_t k) {
   const int32_t k1 = k >> 1;  // both halves are normal powers of two for k in [-252, 254]
   const int32_t k2 = k - k1;
-  const float s1 = __int_as_float((k1 + 127) << 23);
-  const float s2 = __int_as_float((k2 + 127) << 23);
-  return __fmul_rn(__fmul_rn(v, s1), s2);
+  return __fmul_rn(__fmul_rn(v, pow2i(k1)), pow2i(k2));
 }
 
 /// \brief `e^x` as `p * 2^k` with `p` in [0.70, 1.42]: for callers that multiply `p` by
@@ -233,7 +251,7 @@ KERNKIT_DEVICE float erfc_ieee_split(float a, int32_t& k) {
 /// \return `erf(x)`.
 KERNKIT_DEVICE float erf_ieee(float x) {
   if (!(x == x)) return x;
-  const float a = __int_as_float(__float_as_int(x) & 0x7fffffff);
+  const float a = abs_ieee(x);
   if (a < 0.5f) return erf_ieee_small(x);
   if (a >= 4.0f) return copysign_bits(1.0f, x);  // erfc(4) < 2^-25: 1 - erfc rounds to 1
   int32_t k;
@@ -264,7 +282,7 @@ KERNKIT_DEVICE float erfc_ieee(float x) {
 /// \return `tanh(x)`.
 KERNKIT_DEVICE float tanh_ieee(float x) {
   if (!(x == x)) return x;
-  const float a = __int_as_float(__float_as_int(x) & 0x7fffffff);
+  const float a = abs_ieee(x);
   if (a < 0.625f) {
     const float x2 = __fmul_rn(x, x);
     float p = 2.142968587577343e-03f;

@@ -136,7 +136,7 @@ KERNKIT_DEVICE float gelu_tanh_mul(float v, float up) {
 /// \brief Whether `|x|` is 0 or in [2^-60, `hi`], `hi` given by its bits.
 KERNKIT_DEVICE bool in_fast_range(float x, uint32_t hi_bits) {
   constexpr uint32_t kLo = 0x21800000u;  // 2^-60
-  const uint32_t a = __float_as_uint(x) & 0x7fffffffu;
+  const uint32_t a = math::abs_bits(x);
   return a - kLo <= hi_bits - kLo || a == 0;
 }
 
@@ -157,7 +157,7 @@ KERNKIT_DEVICE float recip_1_2(float d) {
 template <bool kHalf>
 KERNKIT_DEVICE bool fast_ok(float v, uint32_t hi_bits, float up) {
   if constexpr (kHalf) {
-    return ((__float_as_uint(v) & 0x7fffffffu) <= hi_bits) & ((__float_as_uint(up) & 0x7fffffffu) <= kBits2p60);
+    return (math::abs_bits(v) <= hi_bits) & (math::abs_bits(up) <= kBits2p60);
   } else {
     return in_fast_range(up, kBits2p60) && in_fast_range(v, hi_bits);
   }
@@ -169,8 +169,8 @@ KERNKIT_DEVICE bool fast_ok(float v, uint32_t hi_bits, float up) {
 template <bool kHalf>
 KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
   int32_t k;
-  const float p = math::exp_ieee_split<kHalf ? 5 : 7>(-__int_as_float(__float_as_int(y) & 0x7fffffff), k);
-  const float pk = __int_as_float((k + 127) << 23);  // k in [-126, 0]
+  const float p = math::exp_ieee_split<kHalf ? 5 : 7>(-math::abs_ieee(y), k);
+  const float pk = math::pow2i(k);  // k in [-126, 0]
   const float d = __fadd_rn(1.0f, __fmul_rn(p, pk));
   const bool neg = y < 0.0f;
   const float w = neg ? __fmul_rn(v, p) : v;
@@ -188,7 +188,7 @@ KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
 template <bool kHalf>
 KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   constexpr float kSqrtHalf = 0.707106769f;  // 1 / sqrt 2
-  const float a = __fmul_rn(__int_as_float(__float_as_int(v) & 0x7fffffff), kSqrtHalf);
+  const float a = __fmul_rn(math::abs_ieee(v), kSqrtHalf);
   const float t = __fdiv_rn(1.0f, __fmaf_rn(a, 0.5f, 1.0f));
   const float u = __fsub_rn(t, 0.6f);
   float q;
@@ -218,7 +218,7 @@ KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   float e = math::exp_ieee_split<kHalf ? 5 : 7>(-hi, k);  // k in [-122, 0]
   e = __fmaf_rn(e, -lo, e);  // e^(-lo) = 1 - lo to fp32 precision
   const float m = __fmul_rn(__fmul_rn(e, __fmul_rn(t, q)), 0.5f);  // erfc(a) / 2 = m 2^k
-  const float pk = __int_as_float((k + 127) << 23);
+  const float pk = math::pow2i(k);
   const bool neg = v < 0.0f;
   const float h = neg ? m : __fmaf_rn(-m, pk, 1.0f);  // erfc(a) / 2 before its 2^k, or 1 - erfc(a) / 2
   return __fmul_rn(__fmul_rn(__fmul_rn(v, h), up), neg ? pk : 1.0f);
@@ -241,7 +241,7 @@ KERNKIT_DEVICE float act_mul(float v, float up) {
     return gelu_mul(v, up);
   } else {
     const float y = gelu_tanh_arg(v);
-    if (fast_ok<kHalf>(v, kBits87, up) && (__float_as_uint(y) & 0x7fffffffu) <= kBits87) {
+    if (fast_ok<kHalf>(v, kBits87, up) && math::abs_bits(y) <= kBits87) {
       return mul_sigmoid_fast<kHalf>(v, y, up);
     }
     return gelu_tanh_mul(v, up);

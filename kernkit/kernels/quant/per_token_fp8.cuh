@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kernkit/cta.cuh>  // cta::reduce_max
+#include <kernkit/math.cuh>  // math::abs_bits
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, data_ptr, check_no_overlap
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t, fp8_e4m3_t, fp8x4_e4m3_t, fp32x4_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -44,13 +45,6 @@ struct RowLayout {
   /// Whether every thread's vectors lie inside the row.
   static constexpr bool kExact = kVecs % kThreads == 0;
 };
-
-/// \brief The absolute value of `x` as the bits of an fp32, for an integer max-reduction: for
-/// non-negative floats the bit patterns are ordered like the values, and every NaN lies above
-/// +inf, so the maximum of the bits is max|x| with a NaN winning (like torch's `amax`).
-/// \param x The value.
-/// \return The bits of `|x|`.
-KERNKIT_DEVICE uint32_t abs_bits(float x) { return __float_as_uint(x) & 0x7FFFFFFFu; }
 
 /// \brief `x / scale` (IEEE division), or 0 for a row whose scale is 0.
 /// \param x The value.
@@ -100,7 +94,7 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
       KERNKIT_UNROLL
       for (int k = 0; k < kVecN; ++k) {
         v[it][k] = device::cast<fp32_t>(in[k]);
-        const uint32_t bits = device::quant::abs_bits(v[it][k]);
+        const uint32_t bits = device::math::abs_bits(v[it][k]);
         amax_bits = bits > amax_bits ? bits : amax_bits;
       }
     }

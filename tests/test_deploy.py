@@ -230,6 +230,21 @@ def test_a_server_whose_default_is_the_other_cuda_backend_loads_the_shipped_buil
         other.build()
 
 
+def test_a_frozen_process_loads_a_build_of_other_compilers(tmp_path, monkeypatch):
+    """A build whose compilers changed since (an upgraded toolchain) is loaded while frozen
+    rather than refused: loading what is cached stays allowed."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    spec = elementwise.scale_spec(torch.float32, "emu")
+    built = spec.build()
+    meta_path = built.parent / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    for c in meta["compilers"]:
+        c["stamp"] = ["/opt/older/bin/c++", 1, 2]
+    meta_path.write_text(json.dumps(meta))
+    monkeypatch.setenv("KERNKIT_FREEZE", "error")
+    assert spec.build() == built
+
+
 def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch):
     from kernkit.jit.backends import PACKAGE_ROOT
     from kernkit.tools import cache as tool

@@ -233,7 +233,9 @@ class JitSpec:
         current build. Loads nothing (``warmup`` uses this).
 
         A hit starts no subprocess: it reads the key's ``meta.json`` records and compares the
-        headers' and compilers' stats, in the shared caches (``KERNKIT_CACHE_SHARED``) first. A
+        headers' and compilers' stats, in the shared caches (``KERNKIT_CACHE_SHARED``) first; a
+        process that will not compile (frozen, ``KERNKIT_JIT=off``, no compiler, a graph capture)
+        takes a build by any compilers, of either CUDA backend. A
         miss compiles under the key's file lock, in a private staging directory, and publishes
         the build atomically. With ``KERNKIT_RECORD`` set, the spec is added to that manifest.
 
@@ -263,17 +265,17 @@ class JitSpec:
             stamps = [stamp(c) for c in compilers]
         except (ToolchainError, OSError) as e:
             compilers, stamps, missing = None, None, e
-        # Without the JIT or a compiler, any toolchain's current build will do.
-        lib = self._find(stamps if jit_enabled() else None)
-        if lib is not None:
-            return lib
+        # A machine that will not compile takes any toolchain's current build of these sources,
+        # by either CUDA backend (a server without the build box's toolchain resolves the default
+        # backend to nvcc where NVRTC or CUDA's headers are missing); one that will compile takes
+        # only a build by its own compilers.
         capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-        will_not_compile = compilers is None or capturing or frozen() or not jit_enabled()
+        will_not_compile = compilers is None or capturing or frozen() is not None or not jit_enabled()
+        candidates = [self]
         if will_not_compile and self.backend in _CUDA_TWIN and not self.extra_cuda_cflags:
-            # This machine will not compile it: the same sources built by the other CUDA backend
-            # serve as well. A server without the build box's toolchain resolves the default
-            # backend differently (nvcc where NVRTC or CUDA's headers are missing).
-            lib = replace(self, backend=_CUDA_TWIN[self.backend])._find(None)
+            candidates.append(replace(self, backend=_CUDA_TWIN[self.backend]))
+        for spec in candidates:
+            lib = spec._find(None if will_not_compile else stamps)
             if lib is not None:
                 return lib
         where = f"{self.label} key {self.key[:16]}"

@@ -164,6 +164,10 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fres
     from kernkit.jit import cache
     from kernkit.tools import cache as tool
 
+    with open(cache.root() / "frozen-compiles.jsonl", "a") as f:
+        f.write('{"title": "cut sh')  # a writer killed mid-line: doctor still reports the whole records
+    assert [label for label, _, _ in doctor.report()].count("frozen compiles") == 1
+    assert len(cache.frozen_compiles()) == 1
     assert tool.clear() >= 1  # the builds go; the log of frozen compiles stays, and nothing is left aside
     assert [p.name for p in cache.root().iterdir() if not p.is_dir()] == ["frozen-compiles.jsonl"]
     assert not [p for p in cache.root().iterdir() if p.name.startswith(".trash")]

@@ -283,9 +283,16 @@ def note_frozen_compile(entry: dict) -> None:
 
 
 def frozen_compiles() -> list[dict]:
-    """The compiles ``note_frozen_compile`` recorded, oldest first."""
+    """The compiles ``note_frozen_compile`` recorded, oldest first; a line that is not a whole
+    record (a process killed while writing it, a full disk) is passed over."""
     try:
         lines = (root() / "frozen-compiles.jsonl").read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         return []
-    return [json.loads(line) for line in lines if line.strip()]
+    seen = []
+    for line in lines:
+        try:
+            seen.append(json.loads(line))
+        except ValueError:
+            continue
+    return seen

@@ -307,6 +307,22 @@ def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_
     assert not any((tmp_path / "b" / "v2" / ".staging").iterdir())
 
 
+def test_an_import_into_a_cache_that_cannot_be_written_stops_with_a_message(tmp_path, monkeypatch):
+    from kernkit.jit import cache
+    from kernkit.tools import cli
+
+    _scale_build(tmp_path / "a", monkeypatch)
+    assert cli.main(["cache", "export", str(tmp_path / "x.tar.gz")]) == 0
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+
+    def full(key):
+        raise cache.CacheDirError("no space left on device")
+
+    monkeypatch.setattr(cache, "staging_dir", full)
+    assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 2
+    assert not list((tmp_path / "b").glob("v2/scale/*/*/meta.json"))
+
+
 def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
     from kernkit.tools import cache as tool
 

@@ -177,7 +177,7 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
     ``(published, refused)``: titles, and one line per refused member naming it and why.
     """
     from ..jit.arch import ArchError, CudaArch, target_arch
-    from ..jit.cache import publish, staging_dir
+    from ..jit.cache import CacheDirError, publish, staging_dir
 
     if archs:
         allowed = {str(CudaArch.parse(a)) for a in archs}
@@ -201,11 +201,16 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
             raise ArchiveError(f"{archive} is a kernkit cache archive of format {head.get('format')!r}; this "
                                f"kernkit reads format {ARCHIVE_FORMAT}")
         for entry in index:
-            staging = staging_dir(str(entry.get("sha256", "import"))[:16])
+            staging = None
             try:
+                staging = staging_dir(str(entry.get("sha256", "import"))[:16])
                 meta = _check_member(tar, entry, staging, allowed)
                 publish(staging, root() / entry["dir"], meta)
                 done.append(entry["title"])
+            except CacheDirError as e:  # no member can be published: stop, saying why
+                if staging is not None:
+                    discard(staging)
+                raise ArchiveError(f"cannot import {archive}: {e}") from None
             except (KeyError, TypeError, ValueError, OSError, tarfile.TarError) as e:
                 discard(staging)
                 refused.append(f"{entry.get('dir')} ({entry.get('title')}): {e}")

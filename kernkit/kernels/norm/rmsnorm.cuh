@@ -91,15 +91,19 @@ KERNKIT_DEVICE float row_sum(float value, float* smem) {
   }
 }
 
-/// \brief A thread's `i`-th weight vector (vector `j` of `weight`): its copy in `held`, or loaded now.
-template <bool kHold, typename V, size_t kN, typename T>
-KERNKIT_DEVICE V weight_vec(const V (&held)[kN], const T* __restrict__ weight, int32_t i, int64_t j) {
-  if constexpr (kHold) {
-    return held[i];
-  } else {
-    V w;
-    w.load(weight, j);
-    return w;
+/// \brief Load a thread's vectors of a row (vector `lane + i * kThreadsPerRow` into `v[i]`),
+/// every load issued before any is used: used as they arrive, each would wait for the one before
+/// it, a memory round trip per vector.
+/// \tparam Layout A `NormLayout`.
+/// \param v The thread's vectors; those past the row's end are left alone.
+/// \param row The row's first element.
+/// \param lane The thread's index in its row's group.
+template <typename Layout, typename V, typename T>
+KERNKIT_DEVICE void load_vecs(V (&v)[Layout::kPerThread], const T* __restrict__ row, int32_t lane) {
+  KERNKIT_UNROLL
+  for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+    const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+    if (Layout::kExact || j < Layout::kVecs) v[i].load(row, j);
   }
 }
 
@@ -155,35 +159,36 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // bytes in flight of a full GPU; loading it after the reduction costs a round trip, 0.4 us of
   // a call of a few rows (H200). The launcher picks.
   vec_t v[Layout::kPerThread];
-  vec_t w[kHoldWeight ? Layout::kPerThread : 1];
+  vec_t w[Layout::kPerThread];
   float sum_sq = 0.0f;
-  KERNKIT_UNROLL
-  for (int32_t i = 0; i < Layout::kPerThread; ++i) {
-    const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
-    if (active && (Layout::kExact || j < Layout::kVecs)) {
-      v[i].load(src, j);
-      if constexpr (kHoldWeight) w[i].load(weight, j);
-      KERNKIT_UNROLL
-      for (int32_t k = 0; k < Layout::kVecN; ++k) {
-        const float f = device::cast<fp32_t>(v[i][k]);
-        sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+  if (active) {
+    device::norm::load_vecs<Layout>(v, src, lane);
+    if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          const float f = device::cast<fp32_t>(v[i][k]);
+          sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+        }
       }
     }
   }
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {
+    if constexpr (!kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
     T* __restrict__ dst = out + row * out_stride;
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
       if (Layout::kExact || j < Layout::kVecs) {
-        const vec_t wi = device::norm::weight_vec<kHoldWeight>(w, weight, i, j);
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
           const float xr = __fmul_rn(device::cast<fp32_t>(v[i][k]), r);
-          y[k] = device::cast<T>(__fmul_rn(xr, device::cast<fp32_t>(wi[k])));
+          y[k] = device::cast<T>(__fmul_rn(xr, device::cast<fp32_t>(w[i][k])));
         }
         y.store(dst, j);
       }
@@ -227,39 +232,41 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   device::PDLWaitPrimary<kUsePDL>();
 
   float s[Layout::kPerThread][Layout::kVecN];
-  vec_t w[kHoldWeight ? Layout::kPerThread : 1];  // as in rmsnorm_kernel
+  vec_t w[Layout::kPerThread];  // as in rmsnorm_kernel
   float sum_sq = 0.0f;
-  KERNKIT_UNROLL
-  for (int32_t i = 0; i < Layout::kPerThread; ++i) {
-    const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
-    if (active && (Layout::kExact || j < Layout::kVecs)) {
-      vec_t a;
-      vec_t b;
-      a.load(xr, j);
-      b.load(rr, j);
-      if constexpr (kHoldWeight) w[i].load(weight, j);
-      KERNKIT_UNROLL
-      for (int32_t k = 0; k < Layout::kVecN; ++k) {
-        const float f = __fadd_rn(device::cast<fp32_t>(a[k]), device::cast<fp32_t>(b[k]));
-        s[i][k] = f;
-        sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
-        b[k] = device::cast<T>(f);
+  if (active) {
+    vec_t a[Layout::kPerThread];
+    vec_t b[Layout::kPerThread];
+    device::norm::load_vecs<Layout>(a, xr, lane);
+    device::norm::load_vecs<Layout>(b, rr, lane);
+    if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+      if (Layout::kExact || j < Layout::kVecs) {
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          const float f = __fadd_rn(device::cast<fp32_t>(a[i][k]), device::cast<fp32_t>(b[i][k]));
+          s[i][k] = f;
+          sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+          b[i][k] = device::cast<T>(f);
+        }
+        b[i].store(rr, j);
       }
-      b.store(rr, j);
     }
   }
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {
+    if constexpr (!kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
       if (Layout::kExact || j < Layout::kVecs) {
-        const vec_t wi = device::norm::weight_vec<kHoldWeight>(w, weight, i, j);
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::cast<fp32_t>(wi[k])));
+          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::cast<fp32_t>(w[i][k])));
         }
         y.store(xr, j);
       }

@@ -129,7 +129,7 @@ KERNKIT_DEVICE float gelu_tanh_mul(float v, float up) {
 // 16-bit types: none where it could matter), so the power of two of the exponential can be
 // applied by one multiplication, and each result is within the op's stated accuracy. Everything
 // else (tiny or huge values, infinities, NaN) takes the general functions above. With `kHalf`
-// (inputs and results of a 16-bit type) they use shorter polynomials and a Newton reciprocal:
+// (inputs and results of a 16-bit type) they use shorter polynomials and Newton reciprocals:
 // relative error below 2^-13 before the final rounding, which keeps the result within one
 // rounding of the dtype.
 
@@ -148,6 +148,14 @@ constexpr uint32_t kBits2p60 = 0x5d800000u;  ///< 2^60.
 /// step, relative error below 1.1e-4.
 KERNKIT_DEVICE float recip_1_2(float d) {
   const float r = __fmaf_rn(__fmaf_rn(d, 0.323215038f, -1.45446897f), d, 2.12113643f);
+  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+
+/// \brief `1 / d` for a positive normal `d`: a seed from the bits of `d` (relative error 0.051)
+/// and two Newton steps, relative error below 6.6e-6 (measured over [1, 8] and the powers of two).
+KERNKIT_DEVICE float recip_bits(float d) {
+  float r = __int_as_float(0x7ef311c3 - __float_as_int(d));
+  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
   return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
 }
 
@@ -189,7 +197,8 @@ template <bool kHalf>
 KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   constexpr float kSqrtHalf = 0.707106769f;  // 1 / sqrt 2
   const float a = __fmul_rn(math::abs_ieee(v), kSqrtHalf);
-  const float t = __fdiv_rn(1.0f, __fmaf_rn(a, 0.5f, 1.0f));
+  const float den = __fmaf_rn(a, 0.5f, 1.0f);  // in [1, 5.6]
+  const float t = kHalf ? recip_bits(den) : __fdiv_rn(1.0f, den);
   const float u = __fsub_rn(t, 0.6f);
   float q;
   if constexpr (kHalf) {
@@ -241,7 +250,7 @@ KERNKIT_DEVICE float act_mul(float v, float up) {
     return gelu_mul(v, up);
   } else {
     const float y = gelu_tanh_arg(v);
-    if (fast_ok<kHalf>(v, kBits87, up) && math::abs_bits(y) <= kBits87) {
+    if (fast_ok<kHalf>(v, kBits87, up) & (math::abs_bits(y) <= kBits87)) {
       return mul_sigmoid_fast<kHalf>(v, y, up);
     }
     return gelu_tanh_mul(v, up);

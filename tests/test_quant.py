@@ -125,6 +125,33 @@ def test_fp32_row_whose_scale_underflows_is_zero():
     assert (q.float()[1] > 0).all() and (q.float()[1] < 448).all()
 
 
+def test_rows_of_every_magnitude_match_the_reference_on_both_ways_to_divide():
+    # Rows above a scale of 2**-69 divide through the row's reciprocal, the others by IEEE
+    # division; both must give the reference's bits. Every finite bf16 value (its zeros and
+    # subnormals included) is an element of rows whose maxima span the dtype, and fp32 rows put
+    # tiny, subnormal and signed-zero elements under maxima on both sides of the threshold.
+    finite = torch.arange(0, 2**16, dtype=torch.int32).to(torch.int16).view(bf16)
+    finite = finite[torch.isfinite(finite)]
+    hidden = 1000
+    vals = finite[torch.randperm(finite.numel(), generator=torch.Generator().manual_seed(0))]
+    vals = vals[: vals.numel() // hidden * hidden].view(-1, hidden).clone()
+    q, scales = per_token_quant_fp8(vals)
+    assert_bit_exact(vals, q, scales)
+
+    threshold_max = 448 * 2.0**-69
+    maxima = torch.tensor([3e38, 1.0, 2.0**-50, threshold_max * 1.0000001, threshold_max,
+                           threshold_max * 0.9999999, 2.0**-100, 1e-38])
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(len(maxima), 100, generator=gen) * torch.exp2(-torch.randint(0, 150, (len(maxima), 100),
+                                                                                   generator=gen).float())
+    x[:, :4] = torch.tensor([0.0, -0.0, 1e-45, -1e-42])
+    x = x / x.abs().amax(dim=1, keepdim=True) * maxima[:, None] * 0.5
+    x[:, 4] = maxima
+    q, scales = per_token_quant_fp8(x)
+    assert_bit_exact(x, q, scales)
+    assert torch.equal(q.view(torch.uint8)[:, 1], torch.full((len(maxima),), 0x80, dtype=torch.uint8))  # -0 stays -0
+
+
 def test_the_row_maximum_saturates_to_448():
     x = rows(3, 5120, bf16, seed=2)
     q, scales = per_token_quant_fp8(x)

@@ -71,7 +71,8 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) 
     """Quantize each row of ``x`` to fp8 E4M3 with its own fp32 scale.
 
     Per row: ``scale = max|x| / 448`` (fp32 IEEE division; 448 is E4M3's largest finite value)
-    and ``q = saturate_e4m3(x / scale)``: an IEEE fp32 division per element, rounded to nearest
+    and ``q = saturate_e4m3(x / scale)``: the IEEE fp32 quotient (computed through the row's
+    reciprocal with one fused correction, which gives the same E4M3 value), rounded to nearest
     even and saturated to +-448 (``device::cast`` to ``fp8_e4m3_t``). The result is bit-exact
     against ``(x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)`` (``tests/reference.py``
     spells it out). Against exact arithmetic: the scale is max|x| / 448 rounded once to fp32, and

@@ -390,9 +390,10 @@ inline void check_eps(float eps) {
 }
 
 /// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
-/// H200, bf16, hidden 4096 and 5120: holding it saves 0.3-0.4 us up to 256 rows; from 1024 rows
-/// loading it after the reduction is mostly faster (16384 rows: 76 against 87 us, 96 against 122
-/// us; but 10.0 against 9.3 us at 5120 x 1024).
+/// H200, bf16, rmsnorm (held against loaded after): up to 256 rows holding saves 0.4-0.5 us;
+/// from 1024 rows neither wins everywhere (1024 rows: 6.13 against 5.73 us at hidden 4096, 7.50
+/// against 7.79 at 5120; 16384 rows: 65.8 against 67.9 at 4096, 88.5 against 83.3 at 5120), and
+/// loading after takes half the registers.
 constexpr int64_t kHoldWeightRows = 1024;
 
 /// \brief Blocks for `rows` rows of `rows_per_block`, checked to fit the grid.

@@ -115,7 +115,8 @@ def test_special_values(act):
 @pytest.mark.parametrize("build", [(fp32, "gelu"), (bf16, "silu")], ids=build_id)
 def test_same_bits_whatever_the_layout(build):
     """Strided rows (a slice of a wider tensor), misaligned starts and row strides (the scalar
-    path), 1-d and 3-d x: each gives the bits of the contiguous 2-d call."""
+    path), 1-d, 3-d and 4-d x: each gives the bits of the contiguous 2-d call (and out must be
+    contiguous)."""
     dtype, act = build
     d = 40
     wide = randn_x(6, 3 * d + 3, dtype, seed=7).reshape(6, -1)
@@ -132,6 +133,13 @@ def test_same_bits_whatever_the_layout(build):
                            want.reshape(2, 3, d)), name + ", 3-d"
     one = wide[2, : 2 * d]
     assert torch.equal(run(one, act), run(one.reshape(1, -1), act).reshape(-1)), "1-d"
+    x = wide[:, : 2 * d]
+    want = run(x.contiguous(), act)
+    assert torch.equal(run(x.unflatten(0, (2, 1, 3)), act), want.reshape(2, 1, 3, d)), "4-d"
+    out = torch.full((6, d + 5), 7.0, dtype=dtype)
+    with pytest.raises(ValueError, match=r"^'out': expected contiguous rows"):
+        (silu_and_mul if act == "silu" else gelu_and_mul)(x, out=out[:, :d])
+    assert (out == 7.0).all()
     odd = randn_x(3, 7, dtype, seed=3)  # d = 7: the scalar path whatever the alignment
     assert_within_bound(run(odd, act), odd, act)
 
@@ -171,11 +179,10 @@ def test_errors_name_the_argument_and_write_nothing():
                  r"^'x': the last dimension .* must be even, got 33$")
     _errors_case(x, torch.zeros(4, 17), ValueError, r"^'out'.*17")
     _errors_case(x, torch.zeros(5, 16), ValueError, r"^'out'.*5")
-    _errors_case(x, torch.zeros(16, 4).t(), ValueError, r"^'out': expected a contiguous tensor")
+    _errors_case(x, torch.zeros(16, 4).t(), ValueError, r"^'out': expected a contiguous last dimension")
     _errors_case(x.t(), None, ValueError, r"^'x'")  # the last dimension is strided
-    _errors_case(torch.zeros(2, 2, 2, 32), None, ValueError, r"^'x': expected a 1-d .* got 4-d$")
-    _errors_case(torch.zeros(()), None, ValueError, r"^'x': expected a 1-d .* got 0-d$")
-    _errors_case(torch.zeros(2, 3, 32)[:, ::2], None, ValueError, r"^'x': the rows of a 3-d tensor must be evenly")
+    _errors_case(torch.zeros(()), None, ValueError, r"^'x': expected a \[\.\.\., n\] tensor, got a 0-d tensor$")
+    _errors_case(torch.zeros(2, 3, 32)[:, ::2], None, ValueError, r"^'x': the leading dimensions .* do not collapse")
     buf = torch.randn(64)
     _errors_case(buf[:32], buf[8:24], ValueError, r"^'out' and 'x' overlap in memory")
     with pytest.raises(ValueError, match=r"^'approximate': expected 'none' or 'tanh', got 'erf'$"):

@@ -85,8 +85,12 @@ def test_repeated_rows_are_read_like_any_rows():
 def test_other_ranks_are_rows_of_the_last_dimension():
     x3 = rows(6, 7, fp16, seed=3).reshape(2, 3, 7)
     assert_bit_exact(x3, *per_token_quant_fp8(x3))
+    x4 = rows(6, 7, fp16, seed=5).reshape(3, 1, 2, 7)
+    assert_bit_exact(x4, *per_token_quant_fp8(x4))
     x3t = rows(6, 7, fp16, seed=4).reshape(3, 2, 7).transpose(0, 1)  # leading dims not collapsible
-    assert_bit_exact(x3t, *per_token_quant_fp8(x3t))
+    with pytest.raises(ValueError, match=r"^'x': the leading dimensions .* do not collapse"):
+        per_token_quant_fp8(x3t)
+    assert_bit_exact(x3t, *per_token_quant_fp8(x3t.contiguous()))
     x1 = rows(1, 7, fp16, seed=6)[0]
     q, scales = per_token_quant_fp8(x1)
     assert q.shape == (7,) and scales.shape == (1,)
@@ -207,7 +211,8 @@ def test_bad_out_and_x_name_the_argument_and_write_nothing():
         (x, torch.zeros(4, 1000, dtype=fp16), TypeError, r"^'out': expected dtype float8_e4m3fn, got float16$"),
         (x, torch.zeros(4, 999, dtype=fp8), ValueError, r"'out'"),
         (x, torch.zeros(5, 1000, dtype=fp8), ValueError, r"'out'"),
-        (x, torch.zeros(1000, 4, dtype=fp8).t(), ValueError, r"^'out': expected a contiguous tensor"),
+        (x, torch.zeros(1000, 4, dtype=fp8).t(), ValueError, r"^'out': expected a contiguous last dimension"),
+        (x, torch.zeros(4, 1016, dtype=fp8)[:, :1000], ValueError, r"^'out': expected contiguous rows"),
         (x.t().contiguous().t(), None, ValueError, r"'x'"),  # columns of a transposed buffer
     ]
     for xx, out, exc, msg in cases:

@@ -90,10 +90,10 @@ def silu_and_mul(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torc
     Parameters
     ----------
     x
-        float16, bfloat16 or float32, 1-d ``[2 d]``, 2-d ``[tokens, 2 d]`` or 3-d ``[batch,
-        tokens, 2 d]``: the gate half, then the up half. The last dimension must be contiguous;
-        rows may be strided (a slice of a wider tensor), evenly spaced. On a CUDA device, or on
-        the CPU through kernkit's CPU emulator.
+        float16, bfloat16 or float32, ``[..., 2 d]`` of any rank from 1: the gate half, then
+        the up half. The last dimension must be contiguous; rows may be strided (a slice of a
+        wider tensor) as long as the leading dimensions flatten into one row stride. On a CUDA
+        device, or on the CPU through kernkit's CPU emulator.
     out
         Optional, contiguous, ``x``'s shape with the last dimension ``d``, same dtype and device,
         sharing no memory with ``x``.
@@ -137,10 +137,10 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, out: Optional[to
     Parameters
     ----------
     x
-        float16, bfloat16 or float32, 1-d ``[2 d]``, 2-d ``[tokens, 2 d]`` or 3-d ``[batch,
-        tokens, 2 d]``: the gate half, then the up half. The last dimension must be contiguous;
-        rows may be strided, evenly spaced. On a CUDA device, or on the CPU through kernkit's
-        CPU emulator.
+        float16, bfloat16 or float32, ``[..., 2 d]`` of any rank from 1: the gate half, then
+        the up half. The last dimension must be contiguous; rows may be strided as long as the
+        leading dimensions flatten into one row stride. On a CUDA device, or on the CPU through
+        kernkit's CPU emulator.
     approximate
         ``"none"`` (erf) or ``"tanh"``.
     out

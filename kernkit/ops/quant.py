@@ -51,21 +51,6 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = QUANT_DTY
     return [per_token_quant_fp8_spec(d, h, backend) for d in dict.fromkeys(dtypes) for h in dict.fromkeys(sizes)]
 
 
-def _quantize_rows(x: torch.Tensor, out: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` of a rank other than 2: seen as ``[-1, hidden]`` rows (a view where the leading
-    dimensions allow it, else a copy: ``x`` is only read)."""
-    if x.dim() == 0:
-        raise ValueError("'x': expected a [..., hidden] tensor, got 0-d")
-    if out is not None and (out.shape != x.shape or not out.is_contiguous()):
-        raise ValueError(f"'out': expected a contiguous tensor of shape {list(x.shape)} (that of 'x'), "
-                         f"got shape {list(out.shape)} with strides {list(out.stride())}")
-    q, scales = _outputs(x, out)
-    hidden = x.shape[-1]
-    _module(x.dtype, hidden, x.is_cuda).per_token_quant_fp8(q.view(-1, hidden), scales.view(-1, 1),
-                                                           x.reshape(-1, hidden))
-    return q, scales
-
-
 @register_op(fake=_outputs, specializations=_specializations)
 def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize each row of ``x`` to fp8 E4M3 with its own fp32 scale.
@@ -90,8 +75,9 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) 
     x
         ``[tokens, hidden]`` (or ``[..., hidden]``) float16, bfloat16 or float32, on a CUDA device
         (or on the CPU, through kernkit's CPU emulator). The last dimension must be contiguous;
-        2-d rows may be any stride apart (e.g. a slice of a wider tensor). Each hidden size is
-        its own specialization.
+        rows may be any stride apart (e.g. a slice of a wider tensor) as long as the leading
+        dimensions flatten into one row stride (else ``x.contiguous()``). Each hidden size is its
+        own specialization.
     out
         Optional ``q``: contiguous torch.float8_e4m3fn of ``x``'s shape, on its device.
 
@@ -108,8 +94,8 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) 
     >>> (q.float() * scales - x.float()).abs().max() <= x.float().abs().amax() / 16  # doctest: +SKIP
     tensor(True)
     """
-    if x.dim() != 2:
-        return _quantize_rows(x, out)
+    if x.dim() == 0:
+        raise ValueError("'x': expected a [..., hidden] tensor, got 0-d")
     q, scales = _outputs(x, out)
-    _module(x.dtype, x.shape[1], x.is_cuda).per_token_quant_fp8(q, scales, x)
+    _module(x.dtype, x.shape[-1], x.is_cuda).per_token_quant_fp8(q, scales, x)
     return q, scales

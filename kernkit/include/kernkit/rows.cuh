@@ -1,8 +1,10 @@
 /// \file rows.cuh
-/// \brief Shared pieces of the row-moving kernels (store_cache, indexing): raw vector types of
-/// 1 to 16 bytes, the thread layout that covers one row, and the host-side validation of "a
-/// tensor of rows" (2-d `[rows, elems]` or 3-d `[rows, heads, head_dim]`, contiguous within a
-/// row, any row stride).
+/// \brief Shared pieces of the row kernels: raw vector types of 1 to 16 bytes, the thread
+/// layout that covers one row, and the host-side validation of tensors of rows: "a tensor of
+/// rows" of the row-moving kernels (store_cache, indexing: 2-d `[rows, elems]` or 3-d
+/// `[rows, heads, head_dim]`, contiguous within a row, any row stride) and the `[..., n]`
+/// tensors of the per-row ops (norm, activation, quantization), whose leading dimensions
+/// flatten into rows.
 ///
 /// The kernels move bytes, never values: a row of `kRowBytes` bytes is copied as
 /// `kRowBytes / kVec` vectors of `kVec` bytes, so one specialization serves every dtype of the
@@ -16,8 +18,11 @@
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace kernkit {
 namespace device {
@@ -236,6 +241,101 @@ inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, Sym
   return RowsView{data_ptr(t), stride * elem_bytes};
 }
 
+/// \brief Where the rows of a verified `[..., row_len]` tensor are (`verify_flat_rows`).
+struct FlatRows {
+  int64_t num_rows;    ///< Product of the leading dimensions (1 for a 1-d tensor).
+  int64_t row_len;     ///< Elements per row: the last dimension.
+  int64_t row_stride;  ///< Elements between rows (`row_len` when there is at most one row).
+};
+
+/// \brief Verify a `[..., row_len]` tensor of `T` on a CUDA device (a CPU tensor under the
+/// emulator) whose leading dimensions flatten into one evenly strided row index: any rank from
+/// 1, the last dimension contiguous, each leading dimension stepping over whole copies of the
+/// ones inside it (sizes of 1 skipped), a non-negative row stride, and distinct rows when the
+/// kernel writes it.
+/// \tparam T Element type.
+/// \param t The tensor.
+/// \param role Its argument name, in every message.
+/// \param row_len Elements per row, or -1 for any.
+/// \param written Whether the kernel writes it.
+/// \return Its rows.
+template <typename T>
+inline FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, const char* role, int64_t row_len, bool written) {
+  const auto shape = t.shape();
+  const auto strides = t.strides();
+  const int64_t ndim = t.ndim();
+  const std::string want = "[..., " + (row_len < 0 ? std::string("n") : std::to_string(row_len)) + "]";
+  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a " << want << " tensor, got a 0-d tensor";
+  KERNKIT_CHECK(is_type<T>(t.dtype()), TypeError) << "'" << role << "': expected dtype "
+                                                  << dtype_name(DLDTypeOf<T>::value) << ", got "
+                                                  << dtype_name(t.dtype());
+  constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);
+  KERNKIT_CHECK(t.device().device_type == kDeviceType, ValueError)
+      << "'" << role << "': expected a " << device_type_name(kDeviceType) << " tensor, got "
+      << device_type_name(t.device().device_type);
+  const int64_t len = shape[ndim - 1];
+  KERNKIT_CHECK(row_len < 0 || len == row_len, ValueError)
+      << "'" << role << "': expected a last dimension of " << row_len << ", got shape " << detail::format_list(shape);
+  KERNKIT_CHECK(strides[ndim - 1] == 1 || len <= 1, ValueError)
+      << "'" << role << "': expected a contiguous last dimension (stride 1), got shape " << detail::format_list(shape)
+      << " with strides " << detail::format_list(strides);
+  int64_t lead = 1;
+  for (int64_t i = 0; i < ndim - 1; ++i) lead *= shape[i];
+  if (lead == 0 || len == 0) return FlatRows{lead, len, len};  // no element: no stride forms an address
+  // Innermost first: each leading dimension must step over whole copies of the ones inside it.
+  int64_t rows = 1;
+  int64_t row_stride = len;
+  bool have_stride = false;
+  int64_t next = 0;  // the stride the next outer dimension must have
+  for (int64_t i = ndim - 2; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    rows *= shape[i];
+    if (!have_stride) {
+      row_stride = strides[i];
+      have_stride = true;
+    } else {
+      KERNKIT_CHECK(strides[i] == next, ValueError)
+          << "'" << role << "': the leading dimensions of shape " << detail::format_list(shape) << " with strides "
+          << detail::format_list(strides) << " do not collapse into one row stride; pass evenly strided rows "
+          << "(e.g. " << role << ".contiguous())";
+    }
+    next = strides[i] * shape[i];
+  }
+  if (rows <= 1) row_stride = len;  // a single row's stride never forms an address
+  KERNKIT_CHECK(row_stride >= 0, ValueError) << "'" << role << "': negative row stride " << row_stride;
+  KERNKIT_CHECK(!written || row_stride >= len, ValueError)
+      << "'" << role << "': rows overlap (row stride " << row_stride << " elements, rows of " << len
+      << "); a tensor the kernel writes needs distinct rows";
+  return FlatRows{rows, len, row_stride};
+}
+
+/// \brief Require `t` to have the shape of `x` with the last dimension `last`, naming `role`.
+/// \param t The tensor.
+/// \param role Its argument name.
+/// \param x The tensor (already verified) whose leading dimensions `t` must have.
+/// \param x_role Its argument name.
+/// \param last The last dimension `t` must have.
+inline void check_rows_like(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x,
+                            const char* x_role, int64_t last) {
+  std::vector<int64_t> want(x.shape().begin(), x.shape().end());
+  want.back() = last;
+  const auto shape = t.shape();
+  KERNKIT_CHECK(shape.size() == want.size() && std::equal(want.begin(), want.end(), shape.begin()), ValueError)
+      << "'" << role << "': expected shape " << detail::format_list(want) << " (from '" << x_role << "'), got "
+      << detail::format_list(shape);
+}
+
+/// \brief Require `t` to be on `device` (that of `from`, verified first), naming `role`.
+/// \param t The tensor.
+/// \param role Its argument name.
+/// \param device The device it must be on.
+/// \param from The argument `device` is taken from.
+inline void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device, const char* from) {
+  KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
+      << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
+      << " (from '" << from << "'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;
+}
+
 /// \brief The widest access (a power of two <= `max_vec`) that every address and stride
 /// allows: the lowest set bit of all of them.
 /// \param max_vec The widest access the row size allows.
@@ -273,9 +373,13 @@ inline void with_vec_width(uint64_t bits, Launch&& launch) {
 }
 
 /// \brief Blocks needed to give `n` rows a thread group each, checked to fit the grid.
-inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block) {
+/// \param n Rows.
+/// \param rows_per_block Rows per block.
+/// \param role The argument the rows come from, named when they do not fit.
+/// \return The grid size.
+inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block, const char* role) {
   const int64_t blocks = div_ceil(n, rows_per_block);
-  CHECK_HOST(blocks <= int64_t{0x7fffffff}) << "too many rows for one launch: " << n;
+  KERNKIT_CHECK(blocks <= int64_t{0x7fffffff}, ValueError) << "'" << role << "': too many rows for one launch: " << n;
   return static_cast<uint32_t>(blocks);
 }
 

@@ -9,7 +9,8 @@
 #pragma once
 
 #include <kernkit/math.cuh>  // exp_ieee_split, ldexp_ieee, erf_ieee, erfc_ieee_split
-#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, check_no_overlap, data_ptr
+#include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
+#include <kernkit/tensor.h>  // check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil
@@ -306,10 +307,10 @@ __global__ void act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x,
 /// \brief Host launcher of `act_and_mul_kernel`: checks the tensors, picks the vector width,
 /// launches on the current stream.
 ///
-/// `x` is 1-d `[2 d]`, 2-d `[tokens, 2 d]` or 3-d `[batch, tokens, 2 d]` of dtype `T`, its last
-/// dimension contiguous and its rows evenly strided (a slice of a wider tensor is fine); `out`
-/// is contiguous, of `x`'s shape with the last dimension `d`, same dtype and device, and shares
-/// no memory with `x`. An empty tensor launches nothing.
+/// `x` is `[..., 2 d]` of dtype `T`, any rank from 1, its last dimension contiguous and its
+/// leading dimensions flattening into evenly strided rows (a slice of a wider tensor is fine);
+/// `out` is contiguous, of `x`'s shape with the last dimension `d`, same dtype and device, and
+/// shares no memory with `x`. An empty tensor launches nothing.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
@@ -323,55 +324,17 @@ void act_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   static_assert(kAct == kActSilu || kAct == kActGelu || kAct == kActGeluTanh,
                 "act_and_mul: kAct must be kActSilu, kActGelu or kActGeluTanh");
 
-  const int32_t rank = x.ndim();
-  KERNKIT_CHECK(rank >= 1 && rank <= 3, ValueError)
-      << "'x': expected a 1-d [2 * d], 2-d [tokens, 2 * d] or 3-d [batch, tokens, 2 * d] tensor, got " << rank
-      << "-d";
-  SymbolicDevice device;
-  SymbolicSize batch{"batch"};
-  SymbolicSize tokens{"tokens"};
-  SymbolicSize width{"2 * d"};
-  SymbolicSize half{"d"};
-  if (rank == 1) {
-    TensorMatcher({width}).with_device<kDLCUDA>(device).with_dtype<T>().verify(x, "x");
-  } else if (rank == 2) {
-    TensorMatcher({tokens, width}).with_strides({-1, 1}).with_device<kDLCUDA>(device).with_dtype<T>().verify(x, "x");
-  } else {
-    TensorMatcher({batch, tokens, width}).with_strides({-1, -1, 1}).with_device<kDLCUDA>(device).with_dtype<T>()
-        .verify(x, "x");
-  }
-  const int64_t w = width.unwrap();
-  KERNKIT_CHECK(w % 2 == 0, ValueError)
-      << "'x': the last dimension holds the gate half and then the up half, so it must be even, got " << w;
-  half.set_value(w / 2);
-  if (rank == 1) {
-    TensorMatcher({half}).with_device<kDLCUDA>(device).with_dtype<T>().verify(out, "out");
-  } else if (rank == 2) {
-    TensorMatcher({tokens, half}).with_device<kDLCUDA>(device).with_dtype<T>().verify(out, "out");
-  } else {
-    TensorMatcher({batch, tokens, half}).with_device<kDLCUDA>(device).with_dtype<T>().verify(out, "out");
-  }
-
-  // Rows: every index but the last. Their stride (unused for a single row) must be one number.
-  const auto shape = x.shape();
-  const auto strides = x.strides();
-  int64_t rows = 1;
-  int64_t row_stride = 0;
-  for (int32_t i = rank - 2; i >= 0; --i) {
-    if (shape[i] == 1) continue;
-    if (rows > 1) {
-      KERNKIT_CHECK(strides[i] == rows * row_stride, ValueError)
-          << "'x': the rows of a 3-d tensor must be evenly spaced (stride(0) == size(1) * stride(1)), got shape "
-          << shape[0] << "x" << shape[1] << "x" << shape[2] << " with strides " << strides[0] << ", " << strides[1]
-          << ", " << strides[2];
-    } else {
-      row_stride = strides[i];
-    }
-    rows *= shape[i];
-  }
+  const auto xr = rows::verify_flat_rows<T>(x, "x", -1, false);
+  KERNKIT_CHECK(xr.row_len % 2 == 0, ValueError)
+      << "'x': the last dimension holds the gate half and then the up half, so it must be even, got " << xr.row_len;
+  const int64_t d = xr.row_len / 2;
+  const auto outr = rows::verify_flat_rows<T>(out, "out", d, true);
+  rows::check_rows_like(out, "out", x, "x", d);
+  KERNKIT_CHECK(outr.row_stride == d, ValueError)
+      << "'out': expected contiguous rows (a row stride of " << d << "), got a row stride of " << outr.row_stride;
+  rows::check_same_device(out, "out", x.device(), "x");
   check_no_overlap({{out, "out"}}, {{x, "x"}});
-  const int64_t d = w / 2;
-  if (rows == 0 || d == 0) return;
+  if (xr.num_rows == 0 || d == 0) return;
 
   // 16-byte vectors need both halves of every row and every output row 16-byte aligned; other
   // views take the scalar variant, compiled into the same module.
@@ -379,8 +342,7 @@ void act_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   T* const out_ptr = data_ptr<T>(out);
   const T* const x_ptr = data_ptr<const T>(x);
   const uint64_t bits = reinterpret_cast<uintptr_t>(out_ptr) | reinterpret_cast<uintptr_t>(x_ptr) |
-                        static_cast<uint64_t>(row_stride * static_cast<int64_t>(sizeof(T))) |
-                        static_cast<uint64_t>(d * static_cast<int64_t>(sizeof(T)));
+                        static_cast<uint64_t>((xr.row_stride | d) * static_cast<int64_t>(sizeof(T)));
   const bool aligned = bits % 16 == 0;
   const auto kernel = aligned ? act_and_mul_kernel<T, kAct, kVecN, kUsePDL> : act_and_mul_kernel<T, kAct, 1, kUsePDL>;
   const int64_t vecs = aligned ? d / kVecN : d;
@@ -390,12 +352,12 @@ void act_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   const int64_t threads = std::min<int64_t>(256, div_ceil(vecs, int64_t{32}) * 32);
   const int64_t chunks = div_ceil(vecs, threads);
   KERNKIT_CHECK(chunks <= 65535, ValueError)
-      << "'x': rows of " << w << " elements are longer than act_and_mul takes (2 * d <= "
+      << "'x': rows of " << xr.row_len << " elements are longer than act_and_mul takes (2 * d <= "
       << 2 * 65535 * 256 * (aligned ? int64_t{kVecN} : int64_t{1}) << " for this alignment)";
   constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  const auto grid_x = static_cast<uint32_t>(std::min(rows, std::max<int64_t>(1, kMaxBlocks / chunks)));
-  LaunchKernel(dim3(grid_x, static_cast<uint32_t>(chunks)), static_cast<uint32_t>(threads), device.unwrap())
-      .enable_pdl(kUsePDL)(kernel, out_ptr, x_ptr, row_stride, rows, d);
+  const auto grid_x = static_cast<uint32_t>(std::min(xr.num_rows, std::max<int64_t>(1, kMaxBlocks / chunks)));
+  LaunchKernel(dim3(grid_x, static_cast<uint32_t>(chunks)), static_cast<uint32_t>(threads), x.device())
+      .enable_pdl(kUsePDL)(kernel, out_ptr, x_ptr, xr.row_stride, xr.num_rows, d);
 }
 
 }  // namespace kernkit

@@ -137,7 +137,7 @@ void indexing(tvm::ffi::TensorView out, tvm::ffi::TensorView weight, tvm::ffi::T
   const auto launch = [&](auto vec_tag) {
     constexpr int32_t kVec = decltype(vec_tag)::value;
     using Layout = ::kernkit::device::rows::RowLayout<kRowBytes, kVec, kMaxPerThread>;
-    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock), ::kernkit::device::rows::kBlockThreads, dev)
+    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "indices"), ::kernkit::device::rows::kBlockThreads, dev)
         .enable_pdl(kUsePDL)(indexing_kernel<kRowBytes, kVec, kMaxPerThread, kUsePDL>, params);
   };
   rows::with_vec_width<kMaxVec>(bits, launch);

@@ -161,7 +161,7 @@ void store_cache(tvm::ffi::TensorView k_cache, tvm::ffi::TensorView v_cache, tvm
   const auto launch = [&](auto vec_tag) {
     constexpr int32_t kVec = decltype(vec_tag)::value;
     using Layout = ::kernkit::device::rows::RowLayout<kRowBytes, kVec, kMaxPerThread>;
-    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock), ::kernkit::device::rows::kBlockThreads, dev)
+    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "indices"), ::kernkit::device::rows::kBlockThreads, dev)
         .enable_pdl(kUsePDL)(store_kv_kernel<kRowBytes, kVec, kMaxPerThread, kUsePDL, kStreamStores>, params);
   };
   rows::with_vec_width<kMaxVec>(bits, launch);

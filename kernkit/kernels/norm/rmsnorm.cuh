@@ -12,6 +12,7 @@
 #pragma once
 
 #include <kernkit/cta.cuh>  // cta::reduce_sum
+#include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
 #include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -29,15 +30,6 @@ namespace kernkit {
 
 namespace device {
 namespace norm {
-
-/// \brief The smallest power of two >= `n` (for `n >= 1`).
-/// \param n The value.
-/// \return The power of two.
-constexpr int64_t pow2_ceil(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
 
 /// \brief How the threads of a block share rows of `kHidden` elements of `T`.
 ///
@@ -60,7 +52,7 @@ struct NormLayout {
   static constexpr int64_t kWanted = (kVecs + kTargetVecs - 1) / kTargetVecs;
   /// Threads per row: a power of two up to 32, else a multiple of 32 up to 1024.
   static constexpr int32_t kThreadsPerRow = static_cast<int32_t>(
-      kWanted <= 32 ? pow2_ceil(kWanted) : (kWanted >= 1024 ? 1024 : (kWanted + 31) / 32 * 32));
+      kWanted <= 32 ? rows::pow2_ceil(kWanted) : (kWanted >= 1024 ? 1024 : (kWanted + 31) / 32 * 32));
   /// Vectors per thread (the last ones of a row may be missing).
   static constexpr int32_t kPerThread = static_cast<int32_t>((kVecs + kThreadsPerRow - 1) / kThreadsPerRow);
   static_assert(kPerThread <= 16, "rmsnorm: rows longer than 1024 threads x 16 vectors are not supported");
@@ -279,16 +271,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 namespace host {
 namespace norm {
 
-/// \brief Where the rows of a verified `[..., hidden]` tensor are.
-struct NormRows {
-  int64_t num_rows;    ///< Product of the leading dimensions (1 for a 1-d tensor).
-  int64_t row_stride;  ///< Elements between rows (`hidden` when there is at most one row).
-};
-
-/// \brief Verify a `[..., kHidden]` tensor of `T` on a CUDA device (a CPU tensor under the
-/// emulator): the last dimension contiguous, the leading dimensions collapsible into one evenly
-/// strided row index (sizes of 1 are skipped), a non-negative row stride, the first element and
-/// the row stride on 16-byte boundaries, and distinct rows when the kernel writes it.
+/// \brief Verify a `[..., kHidden]` tensor of `T` (`rows::verify_flat_rows`) whose first element
+/// and row stride are on 16-byte boundaries (the kernels move 16-byte vectors).
 /// \tparam T Element type.
 /// \tparam kHidden Elements per row.
 /// \param t The tensor.
@@ -296,76 +280,15 @@ struct NormRows {
 /// \param written Whether the kernel writes it.
 /// \return Its rows and row stride.
 template <typename T, int64_t kHidden>
-inline NormRows verify_norm_rows(const tvm::ffi::TensorView& t, const char* role, bool written) {
-  const auto shape = t.shape();
-  const auto strides = t.strides();
-  const int64_t ndim = t.ndim();
-  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a [..., " << kHidden
-                                       << "] tensor, got a 0-d tensor";
-  KERNKIT_CHECK(is_type<T>(t.dtype()), TypeError) << "'" << role << "': expected dtype "
-                                                  << dtype_name(DLDTypeOf<T>::value) << ", got "
-                                                  << dtype_name(t.dtype());
-  constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);
-  KERNKIT_CHECK(t.device().device_type == kDeviceType, ValueError)
-      << "'" << role << "': expected a " << device_type_name(kDeviceType) << " tensor, got "
-      << device_type_name(t.device().device_type);
-  KERNKIT_CHECK(shape[ndim - 1] == kHidden, ValueError)
-      << "'" << role << "': expected a last dimension of " << kHidden << ", got shape " << detail::format_list(shape);
-  KERNKIT_CHECK(strides[ndim - 1] == 1, ValueError)
-      << "'" << role << "': expected a contiguous last dimension (stride 1), got shape " << detail::format_list(shape)
-      << " with strides " << detail::format_list(strides);
-  // Collapse the leading dimensions, innermost first: each must step over whole copies of the
-  // ones inside it.
-  int64_t rows = 1;
-  int64_t row_stride = kHidden;
-  bool have_stride = false;
-  int64_t next = 0;  // the stride the next outer dimension must have
-  for (int64_t i = ndim - 2; i >= 0; --i) {
-    if (shape[i] == 1) continue;
-    rows *= shape[i];
-    if (!have_stride) {
-      row_stride = strides[i];
-      have_stride = true;
-    } else {
-      KERNKIT_CHECK(strides[i] == next, ValueError)
-          << "'" << role << "': the leading dimensions of shape " << detail::format_list(shape) << " with strides "
-          << detail::format_list(strides) << " do not collapse into one row stride; pass evenly strided rows "
-          << "(e.g. " << role << ".contiguous())";
-    }
-    next = strides[i] * shape[i];
-  }
-  if (rows <= 1) row_stride = kHidden;  // a single row's stride never forms an address
-  KERNKIT_CHECK(row_stride >= 0, ValueError) << "'" << role << "': negative row stride " << row_stride;
-  KERNKIT_CHECK(!written || rows == 0 || row_stride >= kHidden, ValueError)
-      << "'" << role << "': rows overlap (row stride " << row_stride << " elements, rows of " << kHidden
-      << "); a tensor the kernel writes needs distinct rows";
+inline rows::FlatRows verify_norm_rows(const tvm::ffi::TensorView& t, const char* role, bool written) {
+  const auto r = rows::verify_flat_rows<T>(t, role, kHidden, written);
   const auto address = reinterpret_cast<uintptr_t>(data_ptr<const T>(t));
-  KERNKIT_CHECK(rows == 0 || (address % 16 == 0 && (row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0),
+  KERNKIT_CHECK(r.num_rows == 0 || (address % 16 == 0 && (r.row_stride * static_cast<int64_t>(sizeof(T))) % 16 == 0),
                 ValueError)
       << "'" << role << "': rows must start on 16-byte boundaries (the kernel moves 16-byte vectors): first element "
-      << "at an address " << address % 16 << " bytes past one, row stride " << row_stride << " elements of "
+      << "at an address " << address % 16 << " bytes past one, row stride " << r.row_stride << " elements of "
       << sizeof(T) << " bytes";
-  return NormRows{rows, row_stride};
-}
-
-/// \brief Require `t` to be on the device of `weight` (verified first), naming `role`.
-/// \param t The tensor.
-/// \param role Its argument name.
-/// \param device The device of `weight`.
-inline void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device) {
-  KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
-      << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
-      << " (from 'weight'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;
-}
-
-/// \brief Require `t` to have the shape of `x`, naming `role`.
-/// \param t The tensor.
-/// \param role Its argument name.
-/// \param x The input whose shape it must have.
-inline void check_same_shape(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x) {
-  KERNKIT_CHECK(detail::same_shape(t.shape(), x.shape()), ValueError)
-      << "'" << role << "': expected shape " << detail::format_list(x.shape()) << " (from 'x'), got "
-      << detail::format_list(t.shape());
+  return r;
 }
 
 /// \brief Verify `weight`: `[kHidden]`, contiguous, of `T`, 16-byte aligned; returns its device.
@@ -389,22 +312,43 @@ inline void check_eps(float eps) {
       << "'eps': expected a finite value >= 0, got " << eps;
 }
 
+/// \brief The verified arguments of both launchers.
+struct NormArgs {
+  rows::FlatRows x;      ///< The rows of `x`.
+  rows::FlatRows other;  ///< The rows of `out` (rmsnorm) or `residual` (fused_add_rmsnorm).
+  DLDevice device;       ///< The device of all three.
+};
+
+/// \brief Verify what both launchers take: `x` and `other` (written) as `[..., kHidden]` rows of
+/// `T` of one shape (`verify_norm_rows`), `weight`, one device, and `eps`.
+/// \tparam T Element type.
+/// \tparam kHidden Elements per row.
+/// \param x The input rows.
+/// \param x_written Whether the kernel writes `x`.
+/// \param other The other rows.
+/// \param other_role Their argument name.
+/// \param weight `[kHidden]`.
+/// \param eps Added to the mean of squares.
+/// \return The rows and the device.
+template <typename T, int64_t kHidden>
+inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, const tvm::ffi::TensorView& other,
+                                 const char* other_role, const tvm::ffi::TensorView& weight, float eps) {
+  const auto xr = verify_norm_rows<T, kHidden>(x, "x", x_written);
+  const auto orows = verify_norm_rows<T, kHidden>(other, other_role, true);
+  rows::check_rows_like(other, other_role, x, "x", kHidden);
+  const DLDevice device = verify_weight<T, kHidden>(weight);
+  rows::check_same_device(x, "x", device, "weight");
+  rows::check_same_device(other, other_role, device, "weight");
+  check_eps(eps);
+  return NormArgs{xr, orows, device};
+}
+
 /// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
 /// H200, bf16, rmsnorm (held against loaded after): up to 256 rows holding saves 0.4-0.5 us;
 /// from 1024 rows neither wins everywhere (1024 rows: 6.13 against 5.73 us at hidden 4096, 7.50
 /// against 7.79 at 5120; 16384 rows: 65.8 against 67.9 at 4096, 88.5 against 83.3 at 5120), and
 /// loading after takes half the registers.
 constexpr int64_t kHoldWeightRows = 1024;
-
-/// \brief Blocks for `rows` rows of `rows_per_block`, checked to fit the grid.
-/// \param rows Rows.
-/// \param rows_per_block Rows per block.
-/// \return The grid size.
-inline uint32_t norm_grid(int64_t rows, int64_t rows_per_block) {
-  const int64_t blocks = div_ceil(rows, rows_per_block);
-  KERNKIT_CHECK(blocks <= int64_t{0x7fffffff}, ValueError) << "'x': too many rows for one launch: " << rows;
-  return static_cast<uint32_t>(blocks);
-}
 
 }  // namespace norm
 }  // namespace host
@@ -425,20 +369,15 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "rmsnorm: T must be fp16_t, bf16_t or fp32_t");
   using Layout = ::kernkit::device::norm::NormLayout<T, kHidden>;
-  const auto xr = norm::verify_norm_rows<T, kHidden>(x, "x", false);
-  const auto orows = norm::verify_norm_rows<T, kHidden>(out, "out", true);
-  norm::check_same_shape(out, "out", x);
-  const DLDevice device = norm::verify_weight<T, kHidden>(weight);
-  norm::check_same_device(x, "x", device);
-  norm::check_same_device(out, "out", device);
-  norm::check_eps(eps);
+  const auto a = norm::verify_norm_args<T, kHidden>(x, false, out, "out", weight, eps);
   check_no_overlap({{out, "out"}}, {{x, "x"}, {weight, "weight"}});
-  if (xr.num_rows == 0) return;
-  const auto kernel = xr.num_rows < norm::kHoldWeightRows ? rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                          : rmsnorm_kernel<T, kHidden, false, kUsePDL>;
-  LaunchKernel(norm::norm_grid(xr.num_rows, Layout::kRowsPerBlock), Layout::kBlockThreads, device)
+  const int64_t n = a.x.num_rows;
+  if (n == 0) return;
+  const auto kernel = n < norm::kHoldWeightRows ? rmsnorm_kernel<T, kHidden, true, kUsePDL>
+                                                : rmsnorm_kernel<T, kHidden, false, kUsePDL>;
+  LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
       .enable_pdl(kUsePDL)(kernel, data_ptr<T>(out), data_ptr<const T>(x), data_ptr<const T>(weight),
-                           orows.row_stride, xr.row_stride, xr.num_rows, eps);
+                           a.other.row_stride, a.x.row_stride, n, eps);
 }
 
 /// \brief Host launcher of `fused_add_rmsnorm_kernel`: verifies the tensors, launches one thread
@@ -458,20 +397,15 @@ void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tv
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "fused_add_rmsnorm: T must be fp16_t, bf16_t or fp32_t");
   using Layout = ::kernkit::device::norm::NormLayout<T, kHidden>;
-  const auto xr = norm::verify_norm_rows<T, kHidden>(x, "x", true);
-  const auto rr = norm::verify_norm_rows<T, kHidden>(residual, "residual", true);
-  norm::check_same_shape(residual, "residual", x);
-  const DLDevice device = norm::verify_weight<T, kHidden>(weight);
-  norm::check_same_device(x, "x", device);
-  norm::check_same_device(residual, "residual", device);
-  norm::check_eps(eps);
+  const auto a = norm::verify_norm_args<T, kHidden>(x, true, residual, "residual", weight, eps);
   check_no_overlap({{x, "x"}, {residual, "residual"}}, {{weight, "weight"}});
-  if (xr.num_rows == 0) return;
-  const auto kernel = xr.num_rows < norm::kHoldWeightRows ? fused_add_rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                          : fused_add_rmsnorm_kernel<T, kHidden, false, kUsePDL>;
-  LaunchKernel(norm::norm_grid(xr.num_rows, Layout::kRowsPerBlock), Layout::kBlockThreads, device)
+  const int64_t n = a.x.num_rows;
+  if (n == 0) return;
+  const auto kernel = n < norm::kHoldWeightRows ? fused_add_rmsnorm_kernel<T, kHidden, true, kUsePDL>
+                                                : fused_add_rmsnorm_kernel<T, kHidden, false, kUsePDL>;
+  LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
       .enable_pdl(kUsePDL)(kernel, data_ptr<T>(x), data_ptr<T>(residual), data_ptr<const T>(weight),
-                           xr.row_stride, rr.row_stride, xr.num_rows, eps);
+                           a.x.row_stride, a.other.row_stride, n, eps);
 }
 
 }  // namespace kernkit

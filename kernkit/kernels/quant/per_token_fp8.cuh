@@ -5,7 +5,8 @@
 
 #include <kernkit/cta.cuh>  // cta::reduce_max
 #include <kernkit/math.cuh>  // math::abs_bits
-#include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, data_ptr, check_no_overlap
+#include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
+#include <kernkit/tensor.h>  // data_ptr, check_no_overlap
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t, fp8_e4m3_t, fp8x4_e4m3_t, fp32x4_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
@@ -171,10 +172,11 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
 /// \brief Host launcher of `per_token_quant_fp8_kernel`: checks the tensors, picks the vector
 /// width, launches one CTA per row.
 ///
-/// `x` is `[rows, kHidden]` of dtype `T`, contiguous within a row, any non-negative row stride
-/// (rows may even repeat: it is only read); `q` is `[rows, kHidden]` fp8 E4M3 and `scales`
-/// `[rows, 1]` fp32, both contiguous, neither sharing memory with anything else. All on one
-/// CUDA device (CPU tensors under the emulator). No rows launches nothing.
+/// `x` is `[..., kHidden]` of dtype `T`, any rank from 1, contiguous within a row, its leading
+/// dimensions flattening into rows of any non-negative stride (rows may even repeat: it is only
+/// read); `q` is fp8 E4M3 of `x`'s shape and `scales` fp32 of `[..., 1]`, both contiguous,
+/// neither sharing memory with anything else. All on one CUDA device (CPU tensors under the
+/// emulator). No rows launches nothing.
 /// \tparam T Input element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
@@ -189,22 +191,23 @@ void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tv
   static_assert(kHidden > 0 && kHidden <= (int64_t{1} << 20), "per_token_quant_fp8: kHidden must be in [1, 2**20]");
 
   constexpr int kVecN = 16 / sizeof(T);
-  using VecLayout = device::quant::RowLayout<kHidden, kVecN>;  // named before `device` below hides the namespace
+  using VecLayout = device::quant::RowLayout<kHidden, kVecN>;
   using ScalarLayout = device::quant::RowLayout<kHidden, 1>;
 
-  SymbolicSize rows{"rows"};
-  SymbolicSize x_stride{"row_stride"};
-  SymbolicDevice device;
-  TensorMatcher({rows, kHidden})
-      .with_strides({x_stride, 1})
-      .with_device<kDLCUDA>(device)
-      .with_dtype<T>()
-      .verify(x, "x");
-  TensorMatcher({rows, kHidden}).with_device<kDLCUDA>(device).with_dtype<fp8_e4m3_t>().verify(q, "out");
-  TensorMatcher({rows, 1}).with_device<kDLCUDA>(device).with_dtype<fp32_t>().verify(scales, "scales");
-  const int64_t n = rows.unwrap();
-  const int64_t stride = n > 1 ? x_stride.unwrap() : kHidden;  // one row: its stride forms no address
-  KERNKIT_CHECK(stride >= 0, ValueError) << "'x': expected a non-negative row stride, got " << stride;
+  const auto xr = rows::verify_flat_rows<T>(x, "x", kHidden, false);
+  const auto qr = rows::verify_flat_rows<fp8_e4m3_t>(q, "out", kHidden, true);
+  rows::check_rows_like(q, "out", x, "x", kHidden);
+  const auto sr = rows::verify_flat_rows<fp32_t>(scales, "scales", 1, true);
+  rows::check_rows_like(scales, "scales", x, "x", 1);
+  // The kernel writes q and the scales as packed rows.
+  KERNKIT_CHECK(qr.row_stride == kHidden, ValueError)
+      << "'out': expected contiguous rows (a row stride of " << kHidden << "), got a row stride of " << qr.row_stride;
+  KERNKIT_CHECK(sr.row_stride == 1, ValueError)
+      << "'scales': expected contiguous rows (a row stride of 1), got a row stride of " << sr.row_stride;
+  rows::check_same_device(q, "out", x.device(), "x");
+  rows::check_same_device(scales, "scales", x.device(), "x");
+  const int64_t n = xr.num_rows;
+  const int64_t stride = xr.row_stride;
   check_no_overlap({{q, "out"}, {scales, "scales"}}, {{x, "x"}});
   if (n == 0) return;
   KERNKIT_CHECK(n <= int64_t{0x7FFFFFFF}, ValueError) << "'x': at most 2**31 - 1 rows, got " << n;
@@ -221,13 +224,13 @@ void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tv
   if constexpr (kHidden % kVecN == 0) {
     if (aligned) {
       const auto kernel = per_token_quant_fp8_kernel<T, kHidden, kVecN, kUsePDL>;
-      LaunchKernel(grid, static_cast<uint32_t>(VecLayout::kThreads), device.unwrap())
+      LaunchKernel(grid, static_cast<uint32_t>(VecLayout::kThreads), x.device())
           .enable_pdl(kUsePDL)(kernel, q_ptr, scales_ptr, x_ptr, stride);
       return;
     }
   }
   const auto kernel = per_token_quant_fp8_kernel<T, kHidden, 1, kUsePDL>;
-  LaunchKernel(grid, static_cast<uint32_t>(ScalarLayout::kThreads), device.unwrap())
+  LaunchKernel(grid, static_cast<uint32_t>(ScalarLayout::kThreads), x.device())
       .enable_pdl(kUsePDL)(kernel, q_ptr, scales_ptr, x_ptr, stride);
 }
 

@@ -132,8 +132,8 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
   if (threadIdx.x == 0) scales[row] = scale;
 
   // The whole row takes one way to divide (a branch per row, not per value): from the
-  // reciprocal where the scale allows (every row of finite values above 2^-60), else the
-  // division itself (a zero row, tiny rows, infinities and NaN).
+  // reciprocal where the scale allows (every finite row whose max|x| is 2^-60 or more), else
+  // the division itself (a zero row, tinier rows, infinities and NaN).
   const auto store = [&](auto divide) {
     KERNKIT_UNROLL
     for (int64_t it = 0; it < Layout::kIters; ++it) {

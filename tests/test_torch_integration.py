@@ -466,3 +466,17 @@ def test_a_table_that_requires_grad_traces_like_eager():
     assert not want.requires_grad and not got.requires_grad
     assert torch.equal(got, want)
     torch.library.opcheck(torch.ops.kernkit.indexing.default, (emb, ids))
+
+
+@pytest.mark.parametrize("returns", ["tuple[torch.Tensor, torch.Tensor, torch.Tensor]", "tuple[torch.Tensor, ...]"])
+def test_an_op_with_out_returning_more_than_out_and_one_other_is_refused(returns):
+    namespace = {}
+    exec(f"""
+from typing import Optional
+import torch
+def op(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> {returns}:
+    return x, x, x
+""", namespace)
+    with pytest.raises(TypeError, match=r"^register_op: kernkit_test::three returns .*; with out=, an op returns out"):
+        ops.register_op("kernkit_test::three", fake=lambda x: (x, x, x))(namespace["op"])
+    assert "kernkit_test::three" not in {op.qualname for op in ops.registered_ops()}

@@ -139,30 +139,28 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         else:
             if fake is None:
                 raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
+            # ``name_out`` writes ``out`` and returns what else the function returns: nothing, or,
+            # for a pair whose first element is ``out`` (per_token_quant_fp8's ``(q, scales)``),
+            # the second, allocated by ``fake`` when traced.
+            other = _other_output(name, returns)
             functional = _define(name, impl, rest, returns, mutates_args, fake)
 
-            # ``name_out`` writes ``out`` and returns what else the function returns: nothing, or,
-            # for a tuple whose first element is ``out`` (per_token_quant_fp8's ``(q, scales)``),
-            # the other outputs (one tensor, or a tuple of them), allocated by ``fake`` when traced.
-            others = _other_outputs(returns)
-            pair = others is not None and len(typing.get_args(returns)) == 2
-
             def rest_of(result):
-                return None if others is None else result[1] if pair else tuple(result[1:])
+                return None if other is None else result[1]
 
             def out_impl(out, *args, **kwargs):
                 return rest_of(op_fn(*args, out=out, **kwargs))
 
             out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-            out_fake = _nothing if others is None else lambda out, *args, **kwargs: rest_of(fake(*args, **kwargs))
-            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], others, (*mutates_args, "out"), out_fake)
+            out_fake = _nothing if other is None else lambda out, *args, **kwargs: rest_of(fake(*args, **kwargs))
+            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], other, (*mutates_args, "out"), out_fake)
 
             def traced(*args, **kwargs):
                 out = kwargs.pop("out", None)
                 if out is None:
                     return functional(*args, **kwargs)
                 result = out_op(out, *args, **kwargs)
-                return out if others is None else (out, result) if pair else (out, *result)
+                return out if other is None else (out, result)
 
         tensors = [p.name for p in params if torch.Tensor in (p.annotation, *typing.get_args(p.annotation))]
         op_fn = _wrapper(fn, sig, traced, lambda e, args, kwargs: _argument_error(sig, hints, args, kwargs),
@@ -173,16 +171,16 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
     return decorate
 
 
-def _other_outputs(returns: object) -> object:
-    """For a function returning ``tuple[Tensor, ...]`` of two or more tensors (the first being
-    ``out``): what its ``_out`` op returns, the other outputs (the second tensor's type when
-    there are two, else the tuple of the others); None otherwise."""
+def _other_output(name: str, returns: object) -> object:
+    """For a function with ``out=`` returning ``tuple[Tensor, Tensor]`` (``out`` first): the
+    type of the second, which its ``_out`` op returns; None for any other return type. A longer
+    tuple is refused: no op returns one."""
     if typing.get_origin(returns) is not tuple:
         return None
     items = typing.get_args(returns)
-    if len(items) < 2 or Ellipsis in items:
-        return None
-    return items[1] if len(items) == 2 else tuple[items[1:]]
+    if len(items) != 2 or Ellipsis in items:
+        raise TypeError(f"register_op: {name} returns {returns}; with out=, an op returns out or (out, other)")
+    return items[1]
 
 
 _DEVICES = ("cuda", "cpu")

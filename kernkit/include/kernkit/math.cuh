@@ -10,6 +10,8 @@
 #include <kernkit/type.cuh>
 #include <kernkit/utils.cuh>
 
+#include <cstddef>
+
 namespace kernkit {
 namespace device {
 namespace math {
@@ -118,6 +120,20 @@ KERNKIT_DEVICE float pow2i(int32_t k) {
   return __int_as_float((k + 127) << 23);
 }
 
+/// \brief The polynomial `c[0] x^(N-1) + c[1] x^(N-2) + ... + c[N-1]` by Horner's rule, highest
+/// degree first, one fused multiply-add per coefficient after the first (so the same bits on
+/// the GPU and the emulator).
+/// \param x The variable.
+/// \param c The coefficients, highest degree first.
+/// \return The polynomial's value.
+template <size_t N>
+KERNKIT_DEVICE float horner(float x, const float (&c)[N]) {
+  float r = c[0];
+  KERNKIT_UNROLL
+  for (size_t i = 1; i < N; ++i) r = __fmaf_rn(r, x, c[i]);
+  return r;
+}
+
 /// \brief `v * 2^k` with a single rounding (only where the result is subnormal or overflows).
 /// \param v A finite value with `v * 2^(k / 2)` normal (as for `exp_ieee_split`'s results).
 /// \param k The exponent, in [-252, 254].
@@ -148,17 +164,26 @@ KERNKIT_DEVICE float exp_ieee_split(float x, int32_t& k) {
   float r = __fmaf_rn(-kf, kLn2Hi, x);
   r = __fmaf_rn(-kf, kLn2Lo, r);  // |r| <= 0.3466
   // Taylor polynomial: truncation below 0.05 ulp (degree 7) or 2^-18.7 (degree 5) on |r| <= ln(2) / 2.
-  float p = 8.333333768e-03f;
   if constexpr (kDegree == 7) {
-    p = 1.984127011e-04f;
-    p = __fmaf_rn(p, r, 1.388888923e-03f);
-    p = __fmaf_rn(p, r, 8.333333768e-03f);
+    return horner(r, {1.984127011e-04f, 1.388888923e-03f, 8.333333768e-03f, 4.166666791e-02f, 1.666666716e-01f,
+                      0.5f, 1.0f, 1.0f});
+  } else {
+    return horner(r, {8.333333768e-03f, 4.166666791e-02f, 1.666666716e-01f, 0.5f, 1.0f, 1.0f});
   }
-  p = __fmaf_rn(p, r, 4.166666791e-02f);
-  p = __fmaf_rn(p, r, 1.666666716e-01f);
-  p = __fmaf_rn(p, r, 0.5f);
-  p = __fmaf_rn(p, r, 1.0f);
-  return __fmaf_rn(p, r, 1.0f);
+}
+
+/// \brief `e^(-a^2)` as `p * 2^k` (see `exp_ieee_split`), with `a^2` carried as its rounded
+/// square plus the square's exact error: `e^(-hi) (1 - lo)`.
+/// \tparam kDegree As for `exp_ieee_split`.
+/// \param a The value, `a^2 <= 200`.
+/// \param k Receives the power of two.
+/// \return `p`.
+template <int32_t kDegree = 7>
+KERNKIT_DEVICE float exp_neg_square_split(float a, int32_t& k) {
+  const float hi = __fmul_rn(a, a);
+  const float lo = __fmaf_rn(a, a, -hi);  // a^2 = hi + lo exactly
+  const float e = exp_ieee_split<kDegree>(-hi, k);
+  return __fmaf_rn(e, -lo, e);  // e^(-lo) = 1 - lo to fp32 precision (|lo| < 2^-17)
 }
 
 /// \brief `e^x` in fp32 from IEEE-rounded operations: the same bits on the GPU and the emulator.
@@ -188,12 +213,8 @@ KERNKIT_DEVICE float erf_ieee_small(float x) {
   constexpr float kC0Hi = 1.128379225730896f;
   constexpr float kC0Lo = -5.863538277e-08f;
   const float x2 = __fmul_rn(x, x);
-  float p = -7.707112818025053e-04f;
-  p = __fmaf_rn(p, x2, 5.201284773647785e-03f);
-  p = __fmaf_rn(p, x2, -2.686336264014244e-02f);
-  p = __fmaf_rn(p, x2, 1.128377616405487e-01f);
-  p = __fmaf_rn(p, x2, -3.761263787746429e-01f);
-  const float tail = __fmaf_rn(p, x2, kC0Lo);
+  const float tail = horner(x2, {-7.707112818025053e-04f, 5.201284773647785e-03f, -2.686336264014244e-02f,
+                                 1.128377616405487e-01f, -3.761263787746429e-01f, kC0Lo});
   return copysign_bits(__fmaf_rn(x, kC0Hi, __fmul_rn(x, tail)), x);  // odd: keeps -0
 }
 
@@ -209,37 +230,20 @@ KERNKIT_DEVICE float erfc_ieee_split(float a, int32_t& k) {
     k = 0;
     return 0.0f;
   }
-  const float hi = __fmul_rn(a, a);
-  const float lo = __fmaf_rn(a, a, -hi);  // a^2 = hi + lo exactly
-  float e = exp_ieee_split(-hi, k);
-  e = __fmaf_rn(e, -lo, e);  // e^(-lo) = 1 - lo to fp32 precision (|lo| < 2^-17)
+  const float e = exp_neg_square_split(a, k);
   float r;
   if (a < 2.0f) {
-    const float t = __fsub_rn(a, 1.25f);
-    r = 6.163213402032852e-05f;
-    r = __fmaf_rn(r, t, -1.922529772855341e-04f);
-    r = __fmaf_rn(r, t, 4.708503256551921e-04f);
-    r = __fmaf_rn(r, t, -1.308945822529495e-03f);
-    r = __fmaf_rn(r, t, 3.553374670445919e-03f);
-    r = __fmaf_rn(r, t, -9.085785597562790e-03f);
-    r = __fmaf_rn(r, t, 2.201144024729729e-02f);
-    r = __fmaf_rn(r, t, -5.021785944700241e-02f);
-    r = __fmaf_rn(r, t, 1.067955642938614e-01f);
-    r = __fmaf_rn(r, t, -2.088218927383423e-01f);
-    r = __fmaf_rn(r, t, 3.678229153156281e-01f);
+    r = horner(__fsub_rn(a, 1.25f),
+               {6.163213402032852e-05f, -1.922529772855341e-04f, 4.708503256551921e-04f, -1.308945822529495e-03f,
+                3.553374670445919e-03f, -9.085785597562790e-03f, 2.201144024729729e-02f, -5.021785944700241e-02f,
+                1.067955642938614e-01f, -2.088218927383423e-01f, 3.678229153156281e-01f});
   } else {
     const float u = __fdiv_rn(1.0f, a);
-    const float t = __fsub_rn(u, 0.3f);
-    r = -4.289535284042358e-01f;
-    r = __fmaf_rn(r, t, -1.819514781236649e-01f);
-    r = __fmaf_rn(r, t, 3.559221923351288e-01f);
-    r = __fmaf_rn(r, t, -1.612048298120499e-01f);
-    r = __fmaf_rn(r, t, -8.186268061399460e-02f);
-    r = __fmaf_rn(r, t, 2.081063985824585e-01f);
-    r = __fmaf_rn(r, t, -1.355815678834915e-01f);
-    r = __fmaf_rn(r, t, -1.346011310815811e-01f);
-    r = __fmaf_rn(r, t, 5.416331887245178e-01f);
-    r = __fmul_rn(r, u);
+    r = __fmul_rn(horner(__fsub_rn(u, 0.3f),
+                         {-4.289535284042358e-01f, -1.819514781236649e-01f, 3.559221923351288e-01f,
+                          -1.612048298120499e-01f, -8.186268061399460e-02f, 2.081063985824585e-01f,
+                          -1.355815678834915e-01f, -1.346011310815811e-01f, 5.416331887245178e-01f}),
+                  u);
   }
   return __fmul_rn(e, r);
 }
@@ -285,12 +289,8 @@ KERNKIT_DEVICE float tanh_ieee(float x) {
   const float a = abs_ieee(x);
   if (a < 0.625f) {
     const float x2 = __fmul_rn(x, x);
-    float p = 2.142968587577343e-03f;
-    p = __fmaf_rn(p, x2, -8.177406154572964e-03f);
-    p = __fmaf_rn(p, x2, 2.170070633292198e-02f);
-    p = __fmaf_rn(p, x2, -5.394676327705383e-02f);
-    p = __fmaf_rn(p, x2, 1.333320587873459e-01f);
-    p = __fmaf_rn(p, x2, -3.333333134651184e-01f);
+    const float p = horner(x2, {2.142968587577343e-03f, -8.177406154572964e-03f, 2.170070633292198e-02f,
+                                -5.394676327705383e-02f, 1.333320587873459e-01f, -3.333333134651184e-01f});
     return copysign_bits(__fmaf_rn(__fmul_rn(x, x2), p, x), x);  // odd: keeps -0
   }
   const float e = exp_ieee(__fmul_rn(2.0f, a));

@@ -8,7 +8,7 @@
 /// values of real activations; the general functions take the rest (tiny, huge, non-finite).
 #pragma once
 
-#include <kernkit/math.cuh>  // exp_ieee_split, ldexp_ieee, erf_ieee, erfc_ieee_split
+#include <kernkit/math.cuh>  // exp_ieee_split, exp_neg_square_split, horner, ldexp_ieee, erf_ieee, erfc_ieee_split
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
 #include <kernkit/tensor.h>  // check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
@@ -148,7 +148,7 @@ constexpr uint32_t kBits2p60 = 0x5d800000u;  ///< 2^60.
 /// \brief `1 / d` for `d` in [1, 2]: a quadratic seed (relative error 0.0102) and one Newton
 /// step, relative error below 1.1e-4.
 KERNKIT_DEVICE float recip_1_2(float d) {
-  const float r = __fmaf_rn(__fmaf_rn(d, 0.323215038f, -1.45446897f), d, 2.12113643f);
+  const float r = math::horner(d, {0.323215038f, -1.45446897f, 2.12113643f});
   return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
 }
 
@@ -203,30 +203,15 @@ KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   const float u = __fsub_rn(t, 0.6f);
   float q;
   if constexpr (kHalf) {
-    q = 8.950208873e-02f;
-    q = __fmaf_rn(q, u, -3.911094740e-02f);
-    q = __fmaf_rn(q, u, -2.049879879e-01f);
-    q = __fmaf_rn(q, u, 6.879672408e-02f);
-    q = __fmaf_rn(q, u, 5.913634896e-01f);
-    q = __fmaf_rn(q, u, 8.025855422e-01f);
-    q = __fmaf_rn(q, u, 5.852251053e-01f);
+    q = math::horner(u, {8.950208873e-02f, -3.911094740e-02f, -2.049879879e-01f, 6.879672408e-02f,
+                         5.913634896e-01f, 8.025855422e-01f, 5.852251053e-01f});
   } else {
-    q = 1.450784970e-02f;
-    q = __fmaf_rn(q, u, -5.678595603e-02f);
-    q = __fmaf_rn(q, u, -4.298207816e-03f);
-    q = __fmaf_rn(q, u, 1.119086295e-01f);
-    q = __fmaf_rn(q, u, -3.830994666e-02f);
-    q = __fmaf_rn(q, u, -2.077258825e-01f);
-    q = __fmaf_rn(q, u, 6.870673597e-02f);
-    q = __fmaf_rn(q, u, 5.914689898e-01f);
-    q = __fmaf_rn(q, u, 8.025884628e-01f);
-    q = __fmaf_rn(q, u, 5.852245092e-01f);
+    q = math::horner(u, {1.450784970e-02f, -5.678595603e-02f, -4.298207816e-03f, 1.119086295e-01f,
+                         -3.830994666e-02f, -2.077258825e-01f, 6.870673597e-02f, 5.914689898e-01f,
+                         8.025884628e-01f, 5.852245092e-01f});
   }
-  const float hi = __fmul_rn(a, a);
-  const float lo = __fmaf_rn(a, a, -hi);  // a^2 = hi + lo exactly
   int32_t k;
-  float e = math::exp_ieee_split<kHalf ? 5 : 7>(-hi, k);  // k in [-122, 0]
-  e = __fmaf_rn(e, -lo, e);  // e^(-lo) = 1 - lo to fp32 precision
+  const float e = math::exp_neg_square_split<kHalf ? 5 : 7>(a, k);  // k in [-122, 0]
   const float m = __fmul_rn(__fmul_rn(e, __fmul_rn(t, q)), 0.5f);  // erfc(a) / 2 = m 2^k
   const float pk = math::pow2i(k);
   const bool neg = v < 0.0f;

@@ -309,6 +309,7 @@ def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_
 
 def test_an_import_into_a_cache_that_cannot_be_written_stops_with_a_message(tmp_path, monkeypatch):
     from kernkit.jit import cache
+    from kernkit.tools import cache as tool
     from kernkit.tools import cli
 
     _scale_build(tmp_path / "a", monkeypatch)
@@ -318,7 +319,7 @@ def test_an_import_into_a_cache_that_cannot_be_written_stops_with_a_message(tmp_
     def full(key):
         raise cache.CacheDirError("no space left on device")
 
-    monkeypatch.setattr(cache, "staging_dir", full)
+    monkeypatch.setattr(tool, "staging_dir", full)
     assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 2
     assert not list((tmp_path / "b").glob("v2/scale/*/*/meta.json"))
 

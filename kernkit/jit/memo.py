@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Hashable
@@ -72,8 +73,6 @@ def cache_once(fn: F) -> F:
 
 def _unhashable(fn: Callable, args: tuple, kwargs: dict) -> TypeError:
     """The error for a call of ``fn`` with an argument that cannot be a key."""
-    import inspect
-
     bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
     for name, value in bound.items():
         try:

@@ -25,8 +25,13 @@ import tarfile
 import time
 from pathlib import Path
 
-from ..jit.backends import LIB_NAME
-from ..jit.cache import discard, find, root
+import tvm_ffi
+
+from .._version import __version__
+from ..jit import manifest
+from ..jit.arch import ArchError, CudaArch, target_arch
+from ..jit.backends import LIB_NAME, PACKAGE_ROOT
+from ..jit.cache import CacheDirError, discard, file_record, find, publish, root, sha256, staging_dir
 
 #: The archive's layout version (its ``index.json``).
 ARCHIVE_FORMAT = 1
@@ -139,8 +144,6 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     The number of builds written. Raises ``ArchiveError`` when a manifest's build is not in the
     cache, naming it.
     """
-    from ..jit import manifest
-
     if manifest_file is None:
         builds = published()
     else:
@@ -176,9 +179,6 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
     -------
     ``(published, refused)``: titles, and one line per refused member naming it and why.
     """
-    from ..jit.arch import ArchError, CudaArch, target_arch
-    from ..jit.cache import CacheDirError, publish, staging_dir
-
     if archs:
         allowed = {str(CudaArch.parse(a)) for a in archs}
     else:
@@ -208,12 +208,12 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
                 publish(staging, root() / entry["dir"], meta)
                 done.append(entry["title"])
             except CacheDirError as e:  # no member can be published: stop, saying why
-                if staging is not None:
-                    discard(staging)
                 raise ArchiveError(f"cannot import {archive}: {e}") from None
             except (KeyError, TypeError, ValueError, OSError, tarfile.TarError) as e:
-                discard(staging)
                 refused.append(f"{entry.get('dir')} ({entry.get('title')}): {e}")
+            finally:
+                if staging is not None:  # gone once published; else what was extracted
+                    discard(staging)
     return done, refused
 
 
@@ -223,12 +223,6 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
     the record's kernkit and tvm-ffi versions are these, its architecture is ``allowed``, and each
     header it was built from is, byte for byte, this installation's (kernkit's own are looked up
     here, wherever kernkit is installed)."""
-    import tvm_ffi
-
-    from .._version import __version__
-    from ..jit.backends import PACKAGE_ROOT
-    from ..jit.cache import file_record, sha256
-
     member = entry["dir"]
     if member.startswith("/") or ".." in member.split("/") or member.count("/") != 2:
         raise ValueError("its path is not a build directory of a cache")
@@ -265,8 +259,8 @@ def _age(seconds: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``cache`` subcommand: ``list`` (the default), ``clear [--kernel NAME]``, ``export`` or
-    ``import``; returns 1 when an import refused a build, else 0."""
+    """The ``cache`` subcommand: ``list`` (the default), ``clear [--kernel NAME]``, ``prune``,
+    ``export`` or ``import``; returns 1 when an import refused a build, else 0."""
     if args.action == "prune":
         if args.keep is None and args.older_than is None:
             raise ArchiveError("cache prune needs --keep N or --older-than DATE")

@@ -170,9 +170,6 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     x.copy_((s * r * weight.float()).view(x.shape))
 
 
-# ----- silu_and_mul, gelu_and_mul
-
-#: Significand bits after the point and the smallest subnormal of each float dtype.
 def rmsnorm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """``x / sqrt(mean(x^2) + eps) * weight`` in float64, of the values ``x`` holds: what the norm
     ops' stated accuracy is measured against."""
@@ -180,17 +177,17 @@ def rmsnorm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
 
 
-#: Unit roundoff of each floating dtype the ops take.
-UNIT = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
-
-
 def rmsnorm_bound(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The largest ``|out - ref|`` the norm ops' docstrings allow for a result of ``dtype``:
-    ``(u + 128 * 2**-24) * |ref|`` plus the smallest subnormal."""
+    ``(u + 128 * 2**-24) * |ref|`` (``u`` the unit roundoff, half of ``eps``) plus the smallest
+    subnormal."""
     fi = torch.finfo(dtype)
-    return (UNIT[dtype] + 128 * 2.0**-24) * ref.abs() + fi.smallest_normal * fi.eps
+    return (fi.eps / 2 + 128 * 2.0**-24) * ref.abs() + fi.smallest_normal * fi.eps
 
 
+# ----- silu_and_mul, gelu_and_mul
+
+#: Significand bits after the point and the smallest subnormal of each float dtype.
 _FLOAT_BITS = {torch.float32: (23, 2.0**-149), torch.float16: (10, 2.0**-24), torch.bfloat16: (7, 2.0**-133)}
 
 

@@ -258,13 +258,31 @@ def test_launcher_errors_name_the_argument_and_write_nothing():
 
 
 def test_out_overlapping_x_is_refused():
-    buf = randn((5 * 128,), fp16, 26)
+    buf = randn((9 * 128,), fp16, 26)
     before = buf.clone()
     x = buf[: 4 * 128].view(4, 128)
-    for out in (x, buf[128:].view(4, 128)):
+    strided = buf.view(9, 128)[:8:2]  # rows 0, 2, 4, 6: x's first row, another row stride
+    for out in (buf[128:5 * 128].view(4, 128), buf[8:8 + 4 * 128].view(4, 128), strided):
         with pytest.raises(ValueError, match=r"^'out' and 'x' overlap in memory"):
             rmsnorm(x, torch.ones(128, dtype=fp16), out=out)
     assert torch.equal(buf, before)
+
+
+@pytest.mark.parametrize("dtype", [fp16, bf16, fp32])
+@pytest.mark.parametrize("shape", [(1, 4096), (5, 128), (2, 3, 1024), (33, 5120)])
+def test_out_that_is_x_normalizes_in_place(dtype, shape):
+    x = randn(shape, dtype, 29)
+    w = randn(shape[-1:], dtype, 30)
+    expect = rmsnorm(x, w, 1e-6)
+    assert rmsnorm(x, w, 1e-6, out=x) is x
+    assert torch.equal(x, expect)
+    # A strided x (rows of a wider buffer) in place: only its own elements change.
+    buf = randn((4, shape[-1] + 64), dtype, 31)
+    before = buf.clone()
+    view = buf[:, 64:]
+    expect = rmsnorm(view, w, 1e-6)
+    rmsnorm(view, w, 1e-6, out=view)
+    assert torch.equal(view, expect) and torch.equal(buf[:, :64], before[:, :64])
 
 
 def test_fused_errors_name_the_argument_and_write_nothing():

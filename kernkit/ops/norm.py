@@ -93,8 +93,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     eps
         Added to the mean of squares; finite and >= 0.
     out
-        Optional, of ``x``'s shape and dtype, rows may be strided; shares no memory with ``x``
-        or ``weight``.
+        Optional, of ``x``'s shape and dtype, rows may be strided. ``out=x`` normalizes in
+        place (each row is read whole before any of it is written); any other ``out`` shares no
+        memory with ``x`` or ``weight``.
 
     Returns
     -------

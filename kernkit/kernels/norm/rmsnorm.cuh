@@ -124,7 +124,8 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// \tparam kHoldWeight Whether the weight is loaded with the row and held across the reduction
 /// (one memory round trip less: few rows) or loaded after it (half the registers: many rows).
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
-/// \param out Row 0 of the output.
+/// \param out Row 0 of the output: `x` itself (in place; so neither is `__restrict__`), or
+/// memory `x` does not share.
 /// \param x Row 0 of the input.
 /// \param weight `kHidden` elements.
 /// \param out_stride Elements between output rows.
@@ -133,7 +134,7 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// \param eps Added to the mean of squares.
 template <typename T, int64_t kHidden, bool kHoldWeight, bool kUsePDL>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
-    rmsnorm_kernel(T* __restrict__ out, const T* __restrict__ x, const T* __restrict__ weight, int64_t out_stride,
+    rmsnorm_kernel(T* out, const T* x, const T* __restrict__ weight, int64_t out_stride,
                    int64_t x_stride, int64_t num_rows, float eps) {
   using Layout = device::norm::NormLayout<T, kHidden>;
   using vec_t = device::AlignedVector<T, Layout::kVecN>;
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   const int64_t row = static_cast<int64_t>(blockIdx.x) * Layout::kRowsPerBlock + threadIdx.x / Layout::kThreadsPerRow;
   // A group past the last row still takes part in the shuffles of its warp; it reads nothing.
   const bool active = row < num_rows;
-  const T* __restrict__ src = x + (active ? row : 0) * x_stride;
+  const T* src = x + (active ? row : 0) * x_stride;
 
   // `x` may be what the previous kernel wrote: wait before the first load.
   device::PDLWaitPrimary<kUsePDL>();
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 
   if (active) {
     if constexpr (!kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
-    T* __restrict__ dst = out + row * out_stride;
+    T* dst = out + row * out_stride;
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
@@ -358,8 +359,8 @@ constexpr int64_t kHoldWeightRows = 1024;
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row: a positive multiple of 16 bytes.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
-/// \param out `[..., kHidden]` of x's shape, written; rows may be strided; shares no memory with
-/// `x` or `weight`.
+/// \param out `[..., kHidden]` of x's shape, written; rows may be strided; `x` itself (in place),
+/// or memory shared with neither `x` nor `weight`.
 /// \param x `[..., kHidden]`; rows may be strided (the leading dimensions must collapse).
 /// \param weight `[kHidden]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
@@ -370,7 +371,15 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
                 "rmsnorm: T must be fp16_t, bf16_t or fp32_t");
   using Layout = ::kernkit::device::norm::NormLayout<T, kHidden>;
   const auto a = norm::verify_norm_args<T, kHidden>(x, false, out, "out", weight, eps);
-  check_no_overlap({{out, "out"}}, {{x, "x"}, {weight, "weight"}});
+  // `out` that is `x` itself (one first element, one row stride, one shape) is the in-place
+  // norm: each thread holds its elements of a row from the load to the store, and the row's
+  // stores wait for its reduction, which waits for every load of the row. Any other overlap
+  // is refused.
+  if (data_ptr(out) == data_ptr(x) && (a.x.num_rows <= 1 || a.other.row_stride == a.x.row_stride)) {
+    check_no_overlap({{out, "out"}}, {{weight, "weight"}});
+  } else {
+    check_no_overlap({{out, "out"}}, {{x, "x"}, {weight, "weight"}});
+  }
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
   const auto kernel = n < norm::kHoldWeightRows ? rmsnorm_kernel<T, kHidden, true, kUsePDL>

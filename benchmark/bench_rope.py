@@ -64,7 +64,7 @@ def check(device: str, dtype: torch.dtype, cache_dtype: torch.dtype) -> None:
             ref.rotary_embedding(positions.cpu(), want_q, want_k, cache.cpu())
             th_q, th_k = q.clone(), k.clone()
             torch_rope(positions, th_q, th_k, cache, d)
-            rotary_embedding(positions, q, k, cache)
+            rotary_embedding(positions, q, k, cache, head_dim=d)
             if not (torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)):
                 sys.exit(f"rotary_embedding: wrong result for {name}, {tokens} tokens on {device}")
             if not (torch.equal(q, th_q) and torch.equal(k, th_k)):
@@ -86,7 +86,7 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
         ks = torch.randn(calls, tokens, hk * d, device="cuda").to(dtype)
         ps = torch.randint(0, MAX_POS, (calls, tokens), device="cuda")
         fns = {
-            "kernkit": lambda c: rotary_embedding(ps[c], qs[c], ks[c], cache),
+            "kernkit": lambda c: rotary_embedding(ps[c], qs[c], ks[c], cache, head_dim=d),
             "torch eager": lambda c: torch_rope(ps[c], qs[c], ks[c], cache, d),
             "torch.compile": lambda c: compiled(ps[c], qs[c], ks[c], cache, d),
         }
@@ -127,7 +127,7 @@ def main() -> None:
     k = torch.randn(16, 8 * 128, device="cuda").to(dtype)
     positions = torch.arange(16, device="cuda")
     cache = make_cache(128, cache_dtype, "cuda")
-    host = common.host_us({"rope": lambda: rotary_embedding(positions, q, k, cache)}, rounds=7)["rope"]
+    host = common.host_us({"rope": lambda: rotary_embedding(positions, q, k, cache, head_dim=128)}, rounds=7)["rope"]
 
     title = f"rotary_embedding ({args.dtype}, cache {str(cache_dtype).removeprefix('torch.')})"
     lines = common.header(title, common.command_line())

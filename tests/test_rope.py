@@ -130,7 +130,7 @@ def test_fused_qkv_slices_and_3d_head_strides():
     cache = make_cache(64)
     want = qkv.clone()
     reference.rotary_embedding(positions, want[:, : hq * d], want[:, hq * d : (hq + hk) * d], cache, False)
-    rotary_embedding(positions, q, k, cache, False)
+    rotary_embedding(positions, q, k, cache, False, head_dim=d)
     assert torch.equal(qkv, want) and torch.equal(qkv[:, (hq + hk) * d :], before[:, (hq + hk) * d :])
 
     padded = rand((tokens, hq + hk, d + 8), fp16, 11)  # heads of 64 with 8 elements of padding each
@@ -153,7 +153,7 @@ def test_misaligned_views_take_the_scalar_path():
     positions = torch.tensor([3, 0, 96, 40, 41])
     want_q, want_k = q.clone(), k.clone()
     reference.rotary_embedding(positions, want_q, want_k, cache)
-    rotary_embedding(positions, q, k, cache)
+    rotary_embedding(positions, q, k, cache, head_dim=d)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
 
@@ -170,20 +170,39 @@ def test_partial_rotary_on_2d_rows_takes_head_dim():
     assert torch.equal(q.view(4, 3, 64)[:, :, 32:], q0.view(4, 3, 64)[:, :, 32:])
 
 
+def test_2d_rows_without_head_dim_are_refused_naming_head_dim():
+    # Partial rotary on 2-d rows: a default of head_dim = rot_dim would rotate the wrong elements.
+    q, k = rand((4, 3 * 64), fp32, 16), rand((4, 64), fp32, 17)
+    before = q.clone(), k.clone()
+    positions = torch.tensor([1, 2, 3, 4])
+    msg = r"^'head_dim': required when q is 2-d \(\[tokens, heads \* head_dim\]\)"
+    for call in (lambda: rotary_embedding(positions, q, k, make_cache(32), False),
+                 lambda: torch.ops.kernkit.rotary_embedding(positions, q, k, make_cache(32), False)):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    assert torch.equal(q, before[0]) and torch.equal(k, before[1])
+    # 3-d q keeps its default, its last dimension.
+    q3, k3 = q.view(4, 3, 64), k.view(4, 1, 64)
+    want_q, want_k = q3.clone(), k3.clone()
+    reference.rotary_embedding(positions, want_q, want_k, make_cache(32), False, 64)
+    rotary_embedding(positions, q3, k3, make_cache(32), False)
+    assert torch.equal(q3, want_q) and torch.equal(k3, want_k)
+
+
 def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
     rotary_embedding(torch.empty(0, dtype=torch.int64), torch.empty(0, 256, dtype=bf16),
-                     torch.empty(0, 2, 128, dtype=bf16), make_cache(128))
+                     torch.empty(0, 2, 128, dtype=bf16), make_cache(128), head_dim=128)
     q = rand((2, 128), bf16, 16)
     k = rand((2, 128), bf16, 17)
     want_q, want_k = q.clone(), k.clone()
     reference.rotary_embedding(torch.tensor([7, 8]), want_q, want_k, make_cache(128))
-    torch.ops.kernkit.rotary_embedding(torch.tensor([7, 8]), q, k, make_cache(128), True)
+    torch.ops.kernkit.rotary_embedding(torch.tensor([7, 8]), q, k, make_cache(128), True, head_dim=128)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
 
 def _bf16_call(**change):
     args = dict(positions=torch.tensor([1, 2, 3]), q=rand((3, 2 * 128), bf16, 18), k=rand((3, 1, 128), bf16, 19),
-                cos_sin_cache=make_cache(128))
+                cos_sin_cache=make_cache(128), head_dim=128)
     args.update(change)
     return args
 
@@ -227,26 +246,26 @@ ERRORS = [
 @pytest.mark.parametrize("change, exc, msg", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
 def test_bad_arguments_are_named_and_nothing_is_written(change, exc, msg):
     args = _bf16_call(**change())
-    before = {n: t.clone() for n, t in args.items()}
+    before = {n: t.clone() for n, t in args.items() if isinstance(t, torch.Tensor)}
     with pytest.raises(exc, match=msg):
         rotary_embedding(**args)
-    for n, t in args.items():
-        assert torch.equal(t, before[n]), n
+    for n, t in before.items():
+        assert torch.equal(args[n], t), n
 
 
 def test_head_dim_below_rot_dim_and_q_inside_the_cache_are_refused():
     args = _bf16_call()
-    before = {n: t.clone() for n, t in args.items()}
+    before = {n: t.clone() for n, t in args.items() if isinstance(t, torch.Tensor)}
     msg = r"^'head_dim': expected at least the rotary dimension 128 \(the cache's row length\), got 64$"
     with pytest.raises(ValueError, match=msg):
-        rotary_embedding(**args, head_dim=64)
+        rotary_embedding(**dict(args, head_dim=64))
     cache = make_cache(128, bf16)
     cache_before = cache.clone()
     with pytest.raises(ValueError, match=r"^'q' and 'cos_sin_cache' overlap in memory"):
-        rotary_embedding(args["positions"], cache[:3], args["k"], cache)
+        rotary_embedding(args["positions"], cache[:3], args["k"], cache, head_dim=128)
     assert torch.equal(cache, cache_before)
-    for n, t in args.items():
-        assert torch.equal(t, before[n]), n
+    for n, t in before.items():
+        assert torch.equal(args[n], t), n
 
 
 def test_specializations_describe_the_builds():
@@ -269,7 +288,7 @@ def test_traced_by_torch_compile_as_one_mutating_op():
     reference's."""
     def fn(positions, q, k, cache):
         q = q * 2.0
-        rotary_embedding(positions, q, k, cache)
+        rotary_embedding(positions, q, k, cache, head_dim=128)
         return q, k
 
     q = rand((5, 2 * 128), bf16, 21)

@@ -86,8 +86,8 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     is_neox
         Neox pairing (the default) or gpt-j pairing.
     head_dim
-        Elements per head. Default: ``q.shape[-1]`` for 3-d ``q``, else ``rot_dim`` (full
-        rotary); give it for 2-d tensors with partial rotary.
+        Elements per head (``head_size`` in sglang and vLLM). Required when ``q`` is 2-d, whose
+        rows do not say where a head ends; default ``q.shape[-1]`` for 3-d ``q``.
 
     Returns
     -------
@@ -104,9 +104,8 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     >>> inv = 1.0 / 10000 ** (torch.arange(0, 128, 2, device="cuda") / 128)
     >>> ang = torch.arange(4096, device="cuda")[:, None] * inv
     >>> cache = torch.cat([ang.cos(), ang.sin()], dim=1)  # [4096, 128] fp32
-    >>> rotary_embedding(torch.tensor([0, 1, 2, 3], device="cuda"), q, k, cache)  # doctest: +SKIP
+    >>> rotary_embedding(torch.tensor([0, 1, 2, 3], device="cuda"), q, k, cache, head_dim=128)  # doctest: +SKIP
     """
     rot_dim = cos_sin_cache.shape[1] if cos_sin_cache.dim() == 2 else -1
-    if head_dim is None:
-        head_dim = q.shape[2] if q.dim() == 3 else rot_dim
-    _module(q.dtype, rot_dim, is_neox, q.is_cuda).rotary_embedding(positions, q, k, cos_sin_cache, head_dim)
+    _module(q.dtype, rot_dim, is_neox, q.is_cuda).rotary_embedding(positions, q, k, cos_sin_cache,
+                                                                   -1 if head_dim is None else head_dim)

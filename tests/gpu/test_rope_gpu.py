@@ -122,7 +122,7 @@ def test_fused_qkv_rows_and_3d_head_strides(dtype):
     positions = torch.randint(0, MAX_POS, (tokens,), device="cuda")
     cache = make_cache(128)
     want_q, want_k = expected(positions, q, k, cache, True, d)
-    rotary_embedding(positions, q, k, cache)
+    rotary_embedding(positions, q, k, cache, head_dim=d)
     assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
     assert torch.equal(qkv[:, (hq + hk) * d :], v_before)
 
@@ -141,7 +141,7 @@ def test_more_tokens_than_one_grid_holds():
     positions = torch.randint(0, MAX_POS, (tokens,), device="cuda")
     cache = make_cache(128)
     want_q, want_k = expected(positions, q, k, cache, True, 128)
-    rotary_embedding(positions, q, k, cache)
+    rotary_embedding(positions, q, k, cache, head_dim=128)
     assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
 
 
@@ -154,7 +154,7 @@ def test_misaligned_views(offset):
     cache = make_cache(128).reshape(-1)[offset:][: 4096 * 128].view(4096, 128)
     positions = torch.randint(0, 4096, (tokens,), device="cuda")
     want_q, want_k = expected(positions, q, k, cache, True, 128)
-    rotary_embedding(positions, q, k, cache)
+    rotary_embedding(positions, q, k, cache, head_dim=128)
     assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
 
 
@@ -208,10 +208,10 @@ def test_cuda_graph_replay():
     k = rand((64, 8 * 128), torch.bfloat16)
     positions = torch.zeros(64, dtype=torch.int64, device="cuda")
     cache = make_cache(128)
-    rotary_embedding(positions, q, k, cache)  # load the module outside the capture
+    rotary_embedding(positions, q, k, cache, head_dim=128)  # load the module outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        rotary_embedding(positions, q, k, cache)
+        rotary_embedding(positions, q, k, cache, head_dim=128)
     q.copy_(rand((64, 32 * 128), torch.bfloat16))
     k.copy_(rand((64, 8 * 128), torch.bfloat16))
     positions.copy_(torch.randint(0, MAX_POS, (64,), device="cuda"))
@@ -224,7 +224,7 @@ def test_cuda_graph_replay():
 def test_torch_compile_calls_the_custom_op():
     def attention_prologue(positions, q, k, cache):
         q = q * 1.0  # something for the compiler to fuse around the op
-        rotary_embedding(positions, q, k, cache)
+        rotary_embedding(positions, q, k, cache, head_dim=128)
         return q, k
 
     q = rand((33, 32 * 128), torch.bfloat16)
@@ -241,5 +241,5 @@ def test_cpu_positions_for_cuda_q_are_rejected():
     k = rand((4, 128), torch.bfloat16)
     before = q.clone()
     with pytest.raises(ValueError, match=r"^'positions': expected a cuda tensor, got cpu$"):
-        rotary_embedding(torch.arange(4), q, k, make_cache(128))
+        rotary_embedding(torch.arange(4), q, k, make_cache(128), head_dim=128)
     assert torch.equal(q, before)

@@ -346,7 +346,8 @@ inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) 
 /// \param q `[tokens, q_heads * head_dim]` or `[tokens, q_heads, head_dim]`, rotated in place.
 /// \param k `[tokens, k_heads * head_dim]` or `[tokens, k_heads, head_dim]`, rotated in place.
 /// \param cos_sin_cache `[max_position, kRotDim]`, contiguous, fp32 or `T`: cos then sin.
-/// \param head_dim Elements per head (`kRotDim <= head_dim`).
+/// \param head_dim Elements per head (`kRotDim <= head_dim`); -1 (not given) takes a 3-d q's last
+/// dimension, and is refused for a 2-d q, whose rows do not say where a head ends.
 /// q and k may not share memory with each other, the cache or the positions.
 template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
 void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
@@ -354,6 +355,12 @@ void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tv
   using namespace host;
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "rotary_embedding: T must be fp16_t, bf16_t or fp32_t");
+  if (head_dim == -1) {
+    KERNKIT_CHECK(q.ndim() != 2, ValueError)
+        << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
+        << "ends: pass head_dim (sglang's and vLLM's head_size)";
+    head_dim = q.ndim() == 3 ? q.shape()[2] : kRotDim;  // another rank is refused naming 'q'
+  }
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicDevice device;
   device.set_options<kDLCUDA>();

@@ -170,6 +170,20 @@ def test_partial_rotary_on_2d_rows_takes_head_dim():
     assert torch.equal(q.view(4, 3, 64)[:, :, 32:], q0.view(4, 3, 64)[:, :, 32:])
 
 
+@pytest.mark.parametrize("dtype", [bf16, fp32])
+@pytest.mark.parametrize("tokens", [3, 256, 257, 700])
+def test_every_launch_shape_gives_the_reference_bits(dtype, tokens):
+    """Neox with 40 heads takes 8 pairs a thread up to 256 tokens and 4 beyond; the grid holds
+    at most the CTAs the (emulated, 4-SM) GPU holds at once, so 700 tokens loop in each CTA.
+    Out-of-range positions (a quarter) are left as they were."""
+    q, k = rand((tokens, 32, 128), dtype, 40), rand((tokens, 8, 128), dtype, 41)
+    positions = torch.randint(-MAX_POS // 3, MAX_POS, (tokens,), generator=torch.Generator().manual_seed(42))
+    want_q, want_k = q.clone(), k.clone()
+    reference.rotary_embedding(positions, want_q, want_k, make_cache(128), True, 128)
+    rotary_embedding(positions, q, k, make_cache(128), True)
+    assert torch.equal(q, want_q) and torch.equal(k, want_k)
+
+
 def test_2d_rows_without_head_dim_are_refused_naming_head_dim():
     # Partial rotary on 2-d rows: a default of head_dim = rot_dim would rotate the wrong elements.
     q, k = rand((4, 3 * 64), fp32, 16), rand((4, 64), fp32, 17)

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <kernkit/rows.cuh>  // device::rows::load_index
+#include <kernkit/runtime.cuh>  // runtime::get_sm_count
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -75,6 +76,15 @@ struct Layout {
       kPairs < static_cast<int>(16 / sizeof(CacheT)) ? kPairs : static_cast<int>(16 / sizeof(CacheT));
 };
 
+/// \brief Threads per CTA.
+inline constexpr int32_t kBlockThreads = 128;
+/// \brief CTAs an SM holds at once, which the kernel's launch bounds guarantee for up to
+/// `kPairsFull` pairs a thread: 2048 threads, a full SM, which caps the kernel at 32 registers.
+inline constexpr int32_t kBlocksPerSM = 16;
+/// \brief Pairs a thread takes in general: its cosines and sines are then one 16-byte vector
+/// each, and the kernel fits in 32 registers.
+inline constexpr int kPairsFull = 4;
+
 /// \brief Load `kN` elements from `ptr` as `kN / kA` accesses of `kA` elements, converted to fp32.
 /// \param dst The values, in fp32 (exact from fp16/bf16).
 /// \param ptr First element, aligned to `kA` elements.
@@ -87,21 +97,6 @@ KERNKIT_DEVICE void load_fp32(float (&dst)[kN], const T* __restrict__ ptr) {
     x.load(ptr, v);
     KERNKIT_UNROLL
     for (int e = 0; e < kA; ++e) dst[v * kA + e] = cast<fp32_t>(x[e]);
-  }
-}
-
-/// \brief Round `kN` fp32 values once to `T` and store them as `kN / kA` accesses of `kA`.
-/// \param ptr First element, aligned to `kA` elements.
-/// \param src The values.
-template <typename T, int kN, int kA>
-KERNKIT_DEVICE void store_rounded(T* __restrict__ ptr, const float (&src)[kN]) {
-  using vec_t = AlignedVector<T, kA>;
-  KERNKIT_UNROLL
-  for (int v = 0; v < kN / kA; ++v) {
-    vec_t x;
-    KERNKIT_UNROLL
-    for (int e = 0; e < kA; ++e) x[e] = cast<T>(src[v * kA + e]);
-    x.store(ptr, v);
   }
 }
 
@@ -119,10 +114,14 @@ KERNKIT_DEVICE void rotate(float& x, float& y, float c, float s) {
 }  // namespace rope
 }  // namespace device
 
-/// \brief Rotate q and k in place. A CTA takes `blockDim.y` tokens at a time, one per row of
-/// threads (one token per CTA at large head counts, several at small ones); the `blockDim.x`
-/// threads of a row run over the token's (head, item) pairs, q's heads first, then k's, and all
-/// read the token's cache row (from L1). Tokens beyond the grid are taken in a grid-stride loop.
+/// \brief Rotate q and k in place. Thread `(x, y)` of CTA `(bx, by)` takes thread item
+/// `bx * blockDim.x + x` of a token (the items run over q's heads, then k's) and token
+/// `by * blockDim.y + y`, then every `gridDim.y * blockDim.y`-th token after it. So a token's
+/// items spread over `gridDim.x` CTAs (a decode step of one token still fills several SMs), and
+/// a CTA takes `blockDim.y` tokens at once when a token has few items.
+///
+/// A thread issues its q/k loads before it looks at the position (their addresses do not depend
+/// on it), so only the cache row waits for the position's load.
 /// \tparam T Element type of q and k: fp16_t, bf16_t or fp32_t.
 /// \tparam CacheT Element type of the cache: fp32_t or `T`.
 /// \tparam kRotDim Rotated elements per head.
@@ -131,52 +130,69 @@ KERNKIT_DEVICE void rotate(float& x, float& y, float c, float s) {
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \param p Pointers, strides and sizes.
 template <typename T, typename CacheT, int64_t kRotDim, bool kIsNeox, int kVec, bool kUsePDL>
-__global__ void rotary_kernel(const RotaryParams p) {
+__global__ void __launch_bounds__(device::rope::kBlockThreads,
+                                  device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>::kPairs <=
+                                          device::rope::kPairsFull
+                                      ? device::rope::kBlocksPerSM
+                                      : 1) rotary_kernel(const RotaryParams p) {
   using L = device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
   constexpr int kPairs = L::kPairs;
-  const int64_t items = (p.q_heads + p.k_heads) * L::kItemsPerHead;
-  const int64_t token_step = static_cast<int64_t>(gridDim.x) * blockDim.y;
-  T* const q = static_cast<T*>(p.q);
-  T* const k = static_cast<T*>(p.k);
+  constexpr int kAccess = kIsNeox ? kVec : (kVec >= 2 ? kVec : 1);  // elements of one q/k access
+  constexpr int kLoad = kIsNeox ? kPairs : 2 * kPairs;               // elements of each of x, y (or v)
+  using vec_t = device::AlignedVector<T, kAccess>;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= (p.q_heads + p.k_heads) * L::kItemsPerHead) return;
+  const int64_t head = item / L::kItemsPerHead;  // a constant divisor: a multiply
+  const int64_t first = (item - head * L::kItemsPerHead) * kPairs;  // first pair of the item
+  const bool is_q = head < p.q_heads;
+  T* const head0 = is_q ? static_cast<T*>(p.q) + head * p.q_head_stride
+                        : static_cast<T*>(p.k) + (head - p.q_heads) * p.k_head_stride;
+  const int64_t token_stride = is_q ? p.q_token_stride : p.k_token_stride;
   const CacheT* __restrict__ cache = static_cast<const CacheT*>(p.cos_sin);
+  const int64_t token_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
 
   // positions, q and k may be what the previous kernel in the stream wrote.
   device::PDLWaitPrimary<kUsePDL>();
-  for (int64_t token = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; token < p.num_tokens;
+  for (int64_t token = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; token < p.num_tokens;
        token += token_step) {
+    T* const base = head0 + token * token_stride;
+    T* const x_at = kIsNeox ? base + first : base + 2 * first;
+    vec_t xv[kLoad / kAccess];
+    vec_t yv[kIsNeox ? kLoad / kAccess : 1];
+    KERNKIT_UNROLL
+    for (int v = 0; v < kLoad / kAccess; ++v) xv[v].load(x_at, v);
+    if constexpr (kIsNeox) {
+      KERNKIT_UNROLL
+      for (int v = 0; v < kLoad / kAccess; ++v) yv[v].load(base + L::kHalf + first, v);
+    }
     // The full 64-bit position is compared: an int64 position whose low 32 bits are in range
-    // is still skipped, and the cache is not read for it.
+    // is still skipped, and the cache is not read for it. Its q/k values are stored back as they
+    // were loaded: a store on every path keeps the compiler from sinking the q/k loads below
+    // this test, which would make them wait for the position.
     const int64_t pos = device::rows::load_index(p.positions, p.positions_int64, token);
-    if (pos < 0 || pos >= p.max_position) continue;
-    T* const q_token = q + token * p.q_token_stride;
-    T* const k_token = k + token * p.k_token_stride;
-    const CacheT* const row = cache + pos * kRotDim;
-    for (int64_t r = threadIdx.x; r < items; r += blockDim.x) {
-      const int64_t head = r / L::kItemsPerHead;  // a constant divisor: a multiply
-      const int64_t first = (r - head * L::kItemsPerHead) * kPairs;  // first pair of the item
-      T* const base = head < p.q_heads ? q_token + head * p.q_head_stride
-                                       : k_token + (head - p.q_heads) * p.k_head_stride;
+    if (pos >= 0 && pos < p.max_position) {
+      const CacheT* const row = cache + pos * kRotDim;
       float c[kPairs];
       float s[kPairs];
       device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(c, row + first);
       device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf + first);
-      if constexpr (kIsNeox) {
-        float x[kPairs];
-        float y[kPairs];
-        device::rope::load_fp32<T, kPairs, kVec>(x, base + first);
-        device::rope::load_fp32<T, kPairs, kVec>(y, base + L::kHalf + first);
-        KERNKIT_UNROLL
-        for (int i = 0; i < kPairs; ++i) device::rope::rotate(x[i], y[i], c[i], s[i]);
-        device::rope::store_rounded<T, kPairs, kVec>(base + first, x);
-        device::rope::store_rounded<T, kPairs, kVec>(base + L::kHalf + first, y);
-      } else {
-        constexpr int kAccess = kVec >= 2 ? kVec : 1;
-        float v[2 * kPairs];
-        device::rope::load_fp32<T, 2 * kPairs, kAccess>(v, base + 2 * first);
-        KERNKIT_UNROLL
-        for (int i = 0; i < kPairs; ++i) device::rope::rotate(v[2 * i], v[2 * i + 1], c[i], s[i]);
-        device::rope::store_rounded<T, 2 * kPairs, kAccess>(base + 2 * first, v);
+      KERNKIT_UNROLL
+      for (int i = 0; i < kPairs; ++i) {
+        // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x.
+        T& xe = kIsNeox ? xv[i / kAccess][i % kAccess] : xv[(2 * i) / kAccess][(2 * i) % kAccess];
+        T& ye = kIsNeox ? yv[i / kAccess][i % kAccess] : xv[(2 * i + 1) / kAccess][(2 * i + 1) % kAccess];
+        float xf = device::cast<fp32_t>(xe);
+        float yf = device::cast<fp32_t>(ye);
+        device::rope::rotate(xf, yf, c[i], s[i]);
+        xe = device::cast<T>(xf);
+        ye = device::cast<T>(yf);
       }
+    }
+    KERNKIT_UNROLL
+    for (int v = 0; v < kLoad / kAccess; ++v) xv[v].store(x_at, v);
+    if constexpr (kIsNeox) {
+      KERNKIT_UNROLL
+      for (int v = 0; v < kLoad / kAccess; ++v) yv[v].store(base + L::kHalf + first, v);
     }
   }
   // Lets the next kernel start its prologue; its own wait still covers these stores.
@@ -248,29 +264,40 @@ inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, S
   return HeadsView{data_ptr(t), num_heads, num_tokens.unwrap() <= 1 ? 0 : ts, num_heads == 1 ? 0 : hs};
 }
 
-/// \brief Threads per CTA the launcher aims at when a token has fewer items.
-inline constexpr int64_t kBlockThreads = 256;
-/// \brief The most CTAs a launch has; the kernel's grid-stride loop over tokens covers the rest.
-inline constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+/// \brief Threads per CTA, and CTAs an SM holds at once.
+inline constexpr int64_t kBlockThreads = ::kernkit::device::rope::kBlockThreads;
+inline constexpr int32_t kBlocksPerSM = ::kernkit::device::rope::kBlocksPerSM;
+/// \brief The most CTAs along y; the kernel's grid-stride loop over tokens covers the rest.
+inline constexpr int64_t kMaxBlocksY = 65535;
 
-/// \brief The CTA shape for `items` thread items per token: x covers a token's items (a multiple of
-/// 32, at most 1024, looping past that), y is the number of tokens a CTA takes at once, so that
-/// small head counts still fill `kBlockThreads` threads.
+/// \brief The CTA shape for `items` thread items per token, always `kBlockThreads` threads: x is
+/// the power of two from 32 to `kBlockThreads` that leaves the fewest idle threads over the
+/// token's CTAs (the larger on a tie), y the number of tokens a CTA takes at once.
 inline dim3 block_shape(int64_t items) {
-  const int64_t x = std::min<int64_t>(div_ceil(items, int64_t{32}) * 32, 1024);
-  const int64_t y = std::max<int64_t>(1, kBlockThreads / x);
-  return dim3(static_cast<uint32_t>(x), static_cast<uint32_t>(y));
+  int64_t best = 32;
+  for (int64_t x = 64; x <= kBlockThreads; x *= 2) {
+    if (div_ceil(items, x) * x <= div_ceil(items, best) * best) best = x;
+  }
+  return dim3(static_cast<uint32_t>(best), static_cast<uint32_t>(kBlockThreads / best));
 }
 
 /// \brief The widest access of q/k, in elements, that a head's pairs allow: a power of two of
-/// at most 16 bytes dividing `kRotDim / 2` (neox) or `kRotDim` (gpt-j).
-template <typename T, int64_t kRotDim, bool kIsNeox>
+/// at most 16 bytes dividing `kRotDim / 2` (neox) or `kRotDim` (gpt-j), with at most
+/// `kMaxPairs` pairs a thread.
+template <typename T, int64_t kRotDim, bool kIsNeox, int kMaxPairs>
 constexpr int max_vec() {
   const int64_t unit = kIsNeox ? kRotDim / 2 : kRotDim;
-  int v = static_cast<int>(16 / sizeof(T));
+  int v = std::min(static_cast<int>(16 / sizeof(T)), kIsNeox ? kMaxPairs : 2 * kMaxPairs);
   while (v > 1 && unit % v != 0) v /= 2;
   return v;
 }
+
+inline constexpr int kPairsFull = ::kernkit::device::rope::kPairsFull;
+/// \brief Neox with this many q/k heads or more and at most `kFewTokens` tokens takes 8 pairs a
+/// thread (16-byte q/k accesses of 16-bit types), which issues a token's loads from fewer
+/// threads (`benchmark/results/tuning-h200-2026-12-02.md`).
+inline constexpr int64_t kManyHeads = 32;
+inline constexpr int64_t kFewTokens = 256;
 
 /// \brief Check `head_dim` against the rotary dimension and verify the positions: `[tokens]`, int32
 /// or int64, binding the number of tokens.
@@ -301,7 +328,8 @@ inline int64_t verify_cache(const tvm::ffi::TensorView& cos_sin_cache, SymbolicD
 /// \param dev The tensors' device.
 template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
 inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) {
-  constexpr int kMaxVec = max_vec<T, kRotDim, kIsNeox>();
+  constexpr int kMaxVec = max_vec<T, kRotDim, kIsNeox, kPairsFull>();
+  constexpr int kFewVec = kIsNeox ? max_vec<T, kRotDim, kIsNeox, 2 * kPairsFull>() : kMaxVec;
   const uint64_t qk_bits =
       reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
       static_cast<uint64_t>(p.q_token_stride | p.q_head_stride | p.k_token_stride | p.k_head_stride) * sizeof(T);
@@ -310,17 +338,29 @@ inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) 
     using CacheT = typename decltype(cache_tag)::type;
     constexpr int kVec = decltype(vec_tag)::value;
     using L = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
-    const dim3 block = block_shape((p.q_heads + p.k_heads) * L::kItemsPerHead);
-    const int64_t blocks = std::min(div_ceil(p.num_tokens, static_cast<int64_t>(block.y)), kMaxBlocks);
-    LaunchKernel(static_cast<uint32_t>(blocks), block, dev).enable_pdl(kUsePDL)(
-        rotary_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>, p);
+    const auto kernel = rotary_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>;
+    const int64_t items = (p.q_heads + p.k_heads) * L::kItemsPerHead;
+    const dim3 block = block_shape(items);
+    const int64_t gx = div_ceil(items, static_cast<int64_t>(block.x));
+    // At most as many CTAs as the GPU holds at once (16 an SM, by the kernel's launch bounds,
+    // for up to `kPairsFull` pairs a thread); the kernel loops over the other tokens, so a CTA
+    // takes several in turn instead of one CTA starting per token.
+    const int64_t resident = int64_t{kBlocksPerSM} * runtime::get_sm_count(dev.device_id);
+    const int64_t gy = std::min({div_ceil(p.num_tokens, static_cast<int64_t>(block.y)),
+                                 std::max<int64_t>(1, resident / gx), kMaxBlocksY});
+    LaunchKernel(dim3(static_cast<uint32_t>(gx), static_cast<uint32_t>(gy)), block, dev).enable_pdl(kUsePDL)(kernel, p);
   };
   const auto with_cache = [&](auto cache_tag) {
     using CacheT = typename decltype(cache_tag)::type;
     using Wide = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kMaxVec>;
+    using Few = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kFewVec>;
     const bool wide = kMaxVec > 1 && qk_bits % (kMaxVec * sizeof(T)) == 0 &&
                       cache_addr % (Wide::kCacheVec * sizeof(CacheT)) == 0;
-    if (wide) {
+    const bool few = kFewVec > kMaxVec && p.num_tokens <= kFewTokens && p.q_heads + p.k_heads >= kManyHeads &&
+                     qk_bits % (kFewVec * sizeof(T)) == 0 && cache_addr % (Few::kCacheVec * sizeof(CacheT)) == 0;
+    if (few) {
+      launch(cache_tag, std::integral_constant<int, kFewVec>{});
+    } else if (wide) {
       launch(cache_tag, std::integral_constant<int, kMaxVec>{});
     } else {
       launch(cache_tag, std::integral_constant<int, 1>{});

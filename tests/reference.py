@@ -126,25 +126,29 @@ def _butterfly(v: torch.Tensor, width: int) -> torch.Tensor:
 def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
     """``1 / sqrt(sum(x**2) / hidden + eps)`` of each row of the fp32 ``[rows, hidden]`` tensor
     ``xf``, with the kernel's fp32 operations in the kernel's order (each thread's squares summed
-    in order, then the butterfly within the row's group of lanes, or within each warp and then
-    across the warps' sums); shaped ``[rows, 1]``."""
+    per vector position in order, those sums by a halving tree, then the butterfly within the row's group of lanes, or within each warp and then the
+    warps' sums in warp order); shaped ``[rows, 1]``."""
     rows, hidden = xf.shape
     vec, threads, per_thread = _norm_layout(itemsize, hidden)
     padded = torch.zeros(rows, per_thread * threads * vec, dtype=torch.float32)
     padded[:, :hidden] = xf
     sq = padded * padded  # missing vectors add +0.0, which changes no sum of squares
     sq = sq.view(rows, per_thread, threads, vec)
-    acc = torch.zeros(rows, threads, dtype=torch.float32)
-    for i in range(per_thread):
-        for k in range(vec):
-            acc = acc + sq[:, i, :, k]
+    acc = torch.zeros(rows, threads, vec, dtype=torch.float32)
+    for i in range(per_thread):  # each position of the vectors, in order (the kernel's acc[k])
+        acc = acc + sq[:, i]
+    w = vec // 2
+    while w >= 1:  # tree_sum: acc[k] + acc[k + w], halving
+        acc = acc[..., :w] + acc[..., w : 2 * w]
+        w //= 2
+    acc = acc[..., 0]
     if threads <= 32:
         total = _butterfly(acc, threads)[:, :1]
     else:
         warps = _butterfly(acc.view(rows, threads // 32, 32), 32)[:, :, 0]
-        first = torch.zeros(rows, 32, dtype=torch.float32)
-        first[:, : threads // 32] = warps
-        total = _butterfly(first, 32)[:, :1]
+        total = warps[:, :1]
+        for i in range(1, threads // 32):  # the warps' sums added in warp order
+            total = total + warps[:, i : i + 1]
     eps32 = torch.tensor(eps, dtype=torch.float32)
     mean = total / torch.full_like(total, float(hidden))  # an IEEE division, never a reciprocal
     # torch's fp32 sqrt on the CPU is not always correctly rounded; the float64 root of an fp32

@@ -11,7 +11,6 @@
 /// emulator produce the same bits.
 #pragma once
 
-#include <kernkit/cta.cuh>  // cta::reduce_sum
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
 #include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
@@ -67,7 +66,10 @@ struct NormLayout {
 };
 
 /// \brief The row's sum of `value` over its `kThreadsPerRow` threads, in a fixed order; every
-/// thread of the row gets it. Block-wide rows need every thread of the block to call this.
+/// thread of the row gets it. A row inside a warp: a butterfly over its lanes. A block-wide
+/// row: a butterfly in each warp, then, after one barrier, every thread adds the warps' sums in
+/// warp order (one barrier and a few shared-memory reads, instead of a second butterfly and
+/// barrier in the first warp). Block-wide rows need every thread of the block to call this.
 /// \tparam Layout A `NormLayout`.
 /// \param value This thread's partial sum.
 /// \param smem Shared memory for 32 floats (block-wide rows only).
@@ -77,9 +79,14 @@ KERNKIT_DEVICE float row_sum(float value, float* smem) {
   if constexpr (Layout::kInWarp) {
     return warp::reduce_sum<static_cast<uint32_t>(Layout::kThreadsPerRow)>(value);
   } else {
-    cta::reduce_sum(value, smem);
+    constexpr int32_t kWarps = Layout::kThreadsPerRow / kWarpThreads;
+    const float warp_sum = warp::reduce_sum(value);
+    if (threadIdx.x % kWarpThreads == 0) smem[threadIdx.x / kWarpThreads] = warp_sum;
     __syncthreads();
-    return smem[0];
+    float total = smem[0];
+    KERNKIT_UNROLL
+    for (int32_t i = 1; i < kWarps; ++i) total = __fadd_rn(total, smem[i]);
+    return total;
   }
 }
 
@@ -99,6 +106,22 @@ KERNKIT_DEVICE void load_vecs(V (&v)[Layout::kPerThread], const T* __restrict__ 
   }
 }
 
+/// \brief The sum of `acc`'s `kN` values by a fixed tree (`acc[k] + acc[k + kN / 2]`, halving),
+/// each add rounded as IEEE fp32: a chain of log2(kN) adds instead of kN.
+/// \tparam kN A power of two.
+/// \param acc The values; overwritten.
+/// \return Their sum.
+template <int32_t kN>
+KERNKIT_DEVICE float tree_sum(float (&acc)[kN]) {
+  static_assert(kN > 0 && (kN & (kN - 1)) == 0, "tree_sum: kN must be a power of two");
+  KERNKIT_UNROLL
+  for (int32_t w = kN / 2; w >= 1; w /= 2) {
+    KERNKIT_UNROLL
+    for (int32_t k = 0; k < w; ++k) acc[k] = __fadd_rn(acc[k], acc[k + w]);
+  }
+  return acc[0];
+}
+
 /// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
 /// \tparam kHidden Elements per row.
 /// \param sum_sq The row's sum of squares.
@@ -115,9 +138,11 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 
 /// \brief `out[r] = x[r] * inv_rms(x[r]) * weight`, per row, in fp32, rounded once to `T`.
 ///
-/// The sum of squares accumulates each thread's elements in order (each square and each sum
-/// rounded, no fused multiply-add, so that torch can reproduce it: `tests/reference.py`), then
-/// the row's threads combine their sums (`row_sum`). The product is `(x * inv_rms) * weight`, the order
+/// The sum of squares: each thread accumulates, for each position `k` of its 16-byte vectors,
+/// the squares at `k` of its vectors in order, then sums those `kVecN` partial sums by a fixed
+/// tree (`tree_sum`); each square and each sum is rounded, no fused multiply-add, so that torch
+/// can reproduce it (`tests/reference.py`). Then the row's threads combine their sums
+/// (`row_sum`). The product is `(x * inv_rms) * weight`, the order
 /// flashinfer's RMSNorm uses.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
@@ -153,7 +178,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // a call of a few rows (H200). The launcher picks.
   vec_t v[Layout::kPerThread];
   vec_t w[Layout::kPerThread];
-  float sum_sq = 0.0f;
+  float acc[Layout::kVecN] = {};
   if (active) {
     device::norm::load_vecs<Layout>(v, src, lane);
     if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
@@ -163,11 +188,12 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
           const float f = device::cast<fp32_t>(v[i][k]);
-          sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+          acc[k] = __fadd_rn(acc[k], __fmul_rn(f, f));
         }
       }
     }
   }
+  const float sum_sq = device::norm::tree_sum(acc);
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {
@@ -226,7 +252,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 
   float s[Layout::kPerThread][Layout::kVecN];
   vec_t w[Layout::kPerThread];  // as in rmsnorm_kernel
-  float sum_sq = 0.0f;
+  float acc[Layout::kVecN] = {};
   if (active) {
     vec_t a[Layout::kPerThread];
     vec_t b[Layout::kPerThread];
@@ -241,13 +267,14 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
           const float f = __fadd_rn(device::cast<fp32_t>(a[i][k]), device::cast<fp32_t>(b[i][k]));
           s[i][k] = f;
-          sum_sq = __fadd_rn(sum_sq, __fmul_rn(f, f));
+          acc[k] = __fadd_rn(acc[k], __fmul_rn(f, f));
           b[i][k] = device::cast<T>(f);
         }
         b[i].store(rr, j);
       }
     }
   }
+  const float sum_sq = device::norm::tree_sum(acc);
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {

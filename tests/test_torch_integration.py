@@ -461,7 +461,8 @@ def test_a_table_that_requires_grad_traces_like_eager():
     def fn(ids):
         return ops.scale(ops.indexing(emb, ids), 2.0)
 
-    want = fn(ids)
+    with pytest.warns(UserWarning, match=r"indexing: 'weight' requires grad"):
+        want = fn(ids)
     got = torch.compile(fn, fullgraph=True, backend="aot_eager")(ids)
     assert not want.requires_grad and not got.requires_grad
     assert torch.equal(got, want)
@@ -480,3 +481,22 @@ def op(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> {returns}:
     with pytest.raises(TypeError, match=r"^register_op: kernkit_test::three returns .*; with out=, an op returns out"):
         ops.register_op("kernkit_test::three", fake=lambda x: (x, x, x))(namespace["op"])
     assert "kernkit_test::three" not in {op.qualname for op in ops.registered_ops()}
+
+
+def test_an_input_that_requires_grad_is_warned_about_once_per_op_and_argument():
+    """The result of a kernkit op never requires grad: an input that does, under grad mode, gets
+    one warning naming the op and the argument; under no_grad (a Parameter in serving code) none."""
+    import warnings
+
+    x = torch.randn(4, 64, requires_grad=True)
+    with pytest.warns(UserWarning, match=r"^kernkit.ops.scale: 'src' requires grad, but kernkit ops are not "
+                                         r"differentiable") as seen:
+        for _ in range(3):
+            y = ops.scale(x, 2.0)
+    assert len([w for w in seen if "requires grad" in str(w.message)]) == 1
+    assert not y.requires_grad and torch.equal(y, x.detach() * 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            ops.scale(torch.randn(4, 64, requires_grad=True), 2.0)
+        ops.scale(x.detach(), 2.0)

@@ -7,7 +7,8 @@ directly otherwise. An op with a keyword-only ``out=None`` gets two custom ops: 
 a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). An op that returns
 ``tuple[Tensor, Tensor, ...]`` with ``out`` as the first element (``per_token_quant_fp8``: ``q``
 and its scales) gets a ``name_out`` that mutates ``out`` and returns the other tensors. Ops are not
-differentiable (autograd falls through: outputs do not require grad). What torch checks for an
+differentiable (autograd falls through: outputs do not require grad; an input that requires grad
+under grad mode is warned about once per op and argument). What torch checks for an
 in-place op the public function checks too: it refuses to write a tensor autograd records or an
 inference tensor outside inference mode, refuses tensors with the negative bit, and bumps the
 version counters of what it wrote.
@@ -29,6 +30,7 @@ import functools
 import inspect
 import logging
 import typing
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -197,8 +199,9 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     carries no autograd state): before, refuse a tensor with the negative bit and, among the
     ``written`` ones, a tensor autograd records or an inference tensor outside inference mode
     (``_refuse``); after, bump the version counters of the ``written`` tensors, so that
-    autograd refuses a saved tensor the op overwrote. The tests before ``_refuse`` cost 40 to
-    70 ns a tensor; the bump 0.15 us.
+    autograd refuses a saved tensor the op overwrote. An input that requires grad under grad
+    mode is warned about once (``_refuse``). The tests before ``_refuse`` cost 40 to 70 ns a
+    tensor; the bump, through ``torch._C._increment_version`` itself, about 0.1 us.
 
     It is compiled with ``fn``'s own parameter list (as dataclasses compile their ``__init__``):
     a generic ``(*args, **kwargs)`` wrapper costs 0.1 us more per call (packing a tuple and a
@@ -215,11 +218,15 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     kwargs = "{" + ", ".join(f"{n!r}: {n}" for n in kw) + "}"
     optional = {p.name for p in sig.parameters.values() if p.default is None}
 
-    def test(name: str) -> str:
-        t = f"{name}.requires_grad or {name}.is_inference() or {name}.is_neg()" if name in written else f"{name}.is_neg()"
+    def test(name: str, t: str) -> str:
         return f"({name} is not None and ({t}))" if name in optional else t
 
-    tests = " or ".join(test(n) for n in tensors) or "False"
+    read = [n for n in tensors if n not in written]
+    tests = [test(n, f"{n}.requires_grad or {n}.is_inference() or {n}.is_neg()" if n in written else f"{n}.is_neg()")
+             for n in tensors]
+    if read:  # an input that requires grad: only under grad mode (a Parameter under no_grad passes)
+        tests.append(f"(({' or '.join(test(n, f'{n}.requires_grad') for n in read)}) and grad_enabled())")
+    tests = " or ".join(tests) or "False"
     bumps = "".join(f"    if {n} is not None:\n        bump(({n},))\n" for n in written if n in optional)
     required = [n for n in written if n not in optional]
     if required:
@@ -233,14 +240,18 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
          f"        if named is None:\n            raise\n        raise named from e\n"
          f"{bumps}    return result\n",
          dict(scope, is_compiling=torch.compiler.is_compiling, traced=traced, fn=fn, ERRORS=_ERRORS,
-              name_error=name_error, refuse=functools.partial(_refuse, written=written),
-              bump=torch.autograd.graph.increment_version), scope)
+              name_error=name_error, grad_enabled=torch.is_grad_enabled,
+              refuse=functools.partial(_refuse, op=fn.__name__, written=written, warned=set()),
+              # what torch.autograd.graph.increment_version calls, without its Python frame
+              bump=torch._C._increment_version), scope)
     return functools.wraps(fn)(scope[fn.__name__])
 
 
-def _refuse(tensors: dict[str, torch.Tensor | None], written: tuple[str, ...]) -> None:
+def _refuse(tensors: dict[str, torch.Tensor | None], op: str, written: tuple[str, ...], warned: set) -> None:
     """Raise for the first tensor torch would not let an in-place op take; return when every one
-    passes (a tensor that requires grad may be written under ``torch.no_grad()``)."""
+    passes (a tensor that requires grad may be written under ``torch.no_grad()``). An input that
+    requires grad under grad mode is warned about, once per op and argument: the result will not
+    require grad (a weight that is a Parameter, say, outside ``torch.no_grad()``)."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             continue  # the launcher names it
@@ -248,6 +259,11 @@ def _refuse(tensors: dict[str, torch.Tensor | None], written: tuple[str, ...]) -
             raise ValueError(f"'{name}': has torch's negative bit set (a lazy negation, e.g. from z.conj().imag), "
                              f"which the kernel would not see: pass {name}.resolve_neg()")
         if name not in written:
+            if t.requires_grad and torch.is_grad_enabled() and name not in warned:
+                warned.add(name)
+                warnings.warn(f"kernkit.ops.{op}: '{name}' requires grad, but kernkit ops are not differentiable: "
+                              f"the result does not require grad and no gradient reaches '{name}' (call the op "
+                              f"under torch.no_grad() or torch.inference_mode() to silence this)", stacklevel=3)
             continue
         if t.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"'{name}': requires grad, and kernkit ops are not differentiable: write into it "

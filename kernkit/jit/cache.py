@@ -31,7 +31,9 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -109,18 +111,75 @@ class CorruptBuildError(RuntimeError):
     """A published build whose record cannot be read or whose library no longer matches it."""
 
 
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _int(value: object) -> bool:
+    return type(value) is int
+
+
+def _file(value: object) -> bool:
+    """Whether ``value`` is a ``file_record``: ``[path, size, mtime_ns, ctime_ns, inode, sha256]``."""
+    return (type(value) is list and len(value) == 6 and type(value[0]) is str and all(map(_int, value[1:5]))
+            and type(value[5]) is str)
+
+
+def check_record(meta: object) -> dict:
+    """``meta`` when it is a build record as ``publish`` writes it, each field of the type kernkit
+    reads it as; else a ``ValueError`` naming the first field that is not. A load skips such a
+    build, ``cache import`` refuses it, and the cache tools name it and pass it over.
+
+    Parameters
+    ----------
+    meta
+        A parsed ``meta.json``.
+
+    Returns
+    -------
+    ``meta`` itself.
+
+    Example
+    -------
+    >>> check_record({"title": "scale<fp32_t, false>", "built_at": "2026-12-01"})  # doctest: +SKIP
+    ValueError: its record's 'key' is not 64 hex digits
+    """
+    if type(meta) is not dict:
+        raise ValueError(f"its record is a JSON {type(meta).__name__}, not an object")
+    problem = next((f"{field!r} is not {expected}" for field, ok, expected in (
+        ("title", type(meta.get("title")) is str, "a string"),
+        ("key", type(meta.get("key")) is str and _SHA256.fullmatch(meta["key"]), "64 hex digits"),
+        ("kernkit", type(meta.get("kernkit")) is str, "a string"),
+        ("tvm_ffi", type(meta.get("tvm_ffi")) is str, "a string"),
+        ("backend", meta.get("backend") is None or type(meta["backend"]) is str, "a string or null"),
+        ("arch", meta.get("arch") is None or type(meta["arch"]) is str, "a string or null"),
+        ("package", meta.get("package") is None or type(meta["package"]) is str, "a string or null"),
+        ("built_at", type(meta.get("built_at")) in (int, float) and math.isfinite(meta["built_at"]),
+         "a number (seconds since the epoch)"),
+        ("imported", type(meta.get("imported", False)) is bool, "true or false"),
+        ("request", type(meta.get("request", {})) is dict, "an object"),
+        ("lib", type(meta.get("lib")) is dict and all(_int(meta["lib"].get(k)) for k in (
+            "size", "mtime_ns", "ctime_ns", "inode")) and type(meta["lib"].get("sha256")) is str,
+         "{size, mtime_ns, ctime_ns, inode, sha256}"),
+        ("deps", type(meta.get("deps")) is list and all(map(_file, meta["deps"])),
+         "a list of [path, size, mtime_ns, ctime_ns, inode, sha256]"),
+        ("compilers", type(meta.get("compilers")) is list and all(
+            type(c) is dict and type(c.get("stamp")) is list for c in meta["compilers"]), "a list of {stamp, ...}"),
+    ) if not ok), None)
+    if problem:
+        raise ValueError(f"its record's {problem}")
+    return meta
+
+
 def read_build(build_dir: Path) -> dict | None:
     """The record of a published build, None when ``build_dir`` holds none (never published, or
-    being removed). Raises ``CorruptBuildError`` for a damaged record or library."""
+    being removed). Raises ``CorruptBuildError`` for a damaged record (``check_record``) or
+    library."""
     try:
-        meta = json.loads((build_dir / "meta.json").read_bytes())
+        meta = check_record(json.loads((build_dir / "meta.json").read_bytes()))
         lib = meta["lib"]
-        deps, compilers = meta["deps"], meta["compilers"]
-        if not (isinstance(deps, list) and isinstance(compilers, list)):
-            raise TypeError("deps and compilers must be lists")
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError) as e:
         raise CorruptBuildError(f"unreadable build record in {build_dir}: {e}") from e
     if not unchanged([str(build_dir / LIB_NAME), lib["size"], lib["mtime_ns"], lib["ctime_ns"], lib["inode"],
                       lib["sha256"]]):
@@ -148,7 +207,7 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
         # when it was published; its compilers are the exporting machine's.
         if meta is not None and (compilers is None or meta.get("imported")
                                  or [c["stamp"] for c in meta["compilers"]] == compilers):
-            builds.append((meta.get("built_at", 0), build_dir, meta))
+            builds.append((meta["built_at"], build_dir, meta))
     for _, build_dir, meta in sorted(builds, key=lambda b: b[0], reverse=True):
         if all(unchanged(dep) for dep in meta["deps"]):
             return build_dir / LIB_NAME

@@ -188,6 +188,32 @@ class JitSpec:
                    tuple(str(Path(p).resolve()) for p in _strings(extra_include_paths, "extra_include_paths")),
                    backend, arch)
 
+    @classmethod
+    def from_request(cls, request: dict) -> JitSpec:
+        """The spec of a build request (``manifest.request``), for the architecture it names: how
+        ``cache import`` recomputes the key of a shipped build from its record.
+
+        Parameters
+        ----------
+        request
+            ``{"marker": [name, *args], "cuda_files": [...], ..., "backend": ..., "arch": ...}``.
+
+        Returns
+        -------
+        JitSpec
+            As ``make`` returns it; ``make``'s exceptions, and ``KeyError``/``TypeError`` for a
+            request that lacks a field.
+
+        Example
+        -------
+        >>> JitSpec.from_request(manifest.request(spec)) == spec  # doctest: +SKIP
+        True
+        """
+        name, *args = request["marker"]
+        options = {k: request[k] for k in ("cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags",
+                                           "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "backend")}
+        return cls.make(name, *args, **options, arch=request["arch"])
+
     @property
     def title(self) -> str:
         """``name<args>``, e.g. ``scale<bf16_t, true>``."""
@@ -343,7 +369,7 @@ class JitSpec:
         meta = {"title": self.title, "backend": self.backend, "arch": str(self.arch) if self.arch else None,
                 "key": self.key, "kernkit": __version__, "tvm_ffi": tvm_ffi.__version__, "deps": deps,
                 "compilers": tools, "built_at": time.time(), "build_seconds": round(seconds, 3),
-                "host": socket.gethostname(), "package": str(PACKAGE_ROOT)}
+                "host": socket.gethostname(), "package": str(PACKAGE_ROOT), "request": manifest.request(self)}
         build_id = hashlib.sha256(json.dumps([[d[0], d[-1]] for d in deps] + [t["stamp"] for t in tools])
                                   .encode()).hexdigest()[:12]
         try:

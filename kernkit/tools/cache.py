@@ -10,19 +10,27 @@ alone. The builds are all the cache holds: a cleared kernel simply compiles agai
 builds made before. `cache export FILE [--manifest M]` writes every build, or those of a manifest
 (KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each build of
 such an archive after checking its library's hash, its kernkit and tvm-ffi versions, its
-architecture and that the headers it was built from are this installation's, byte for byte. A
-build that fails a check is refused, named, and nothing of it is published.
+architecture, that its directory is the one its recorded build request keys to, and that the
+headers it was built from are this installation's, byte for byte. A build that fails a check is
+refused, named, and nothing of it is published. An archive that is not one kernkit wrote (a bad
+index, a member that is not a file, a truncated file) is refused whole, before anything is
+written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
+the one `cache export` printed on the build box.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import sys
 import tarfile
 import time
+import zlib
 from pathlib import Path
 
 import tvm_ffi
@@ -31,10 +39,17 @@ from .._version import __version__
 from ..jit import manifest
 from ..jit.arch import ArchError, CudaArch, target_arch
 from ..jit.backends import LIB_NAME, PACKAGE_ROOT
-from ..jit.cache import CacheDirError, discard, file_record, find, publish, root, sha256, staging_dir
+from ..jit.cache import (CacheDirError, CorruptBuildError, check_record, discard, file_record, find, publish,
+                         read_build, root, sha256, staging_dir)
+from ..jit.spec import JitSpec
 
 #: The archive's layout version (its ``index.json``).
 ARCHIVE_FORMAT = 1
+
+#: One part of a build directory ``<name>/<args>-<key16>/<build12>`` as ``JitSpec.key_dir``
+#: names it: no separator, no dot part, nothing hidden (``.locks``, ``.staging``).
+_PART = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def human_size(n: float) -> str:
@@ -68,15 +83,20 @@ def published(kernel: str | None = None) -> list[tuple[Path, dict]]:
 
     Returns
     -------
-    ``(build directory, its meta.json record)`` pairs, sorted by path.
+    ``(build directory, its meta.json record)`` pairs, sorted by path. A damaged build (its record
+    unreadable or of the wrong types, its library missing or altered) is named on stderr and
+    left out.
     """
     builds = []
     for meta in sorted(root().glob("[!.]*/[!.]*/[!.]*/meta.json")):  # not .locks, .staging, .failed
         if kernel is None or meta.parents[2].name == kernel:
             try:
-                builds.append((meta.parent, json.loads(meta.read_bytes())))
-            except (OSError, ValueError):  # being removed
-                pass
+                record = read_build(meta.parent)
+            except CorruptBuildError as e:
+                print(f"kernkit: skipped a damaged build: {e}", file=sys.stderr)
+                continue
+            if record is not None:  # None: being removed
+                builds.append((meta.parent, record))
     return builds
 
 
@@ -142,7 +162,7 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     Returns
     -------
     The number of builds written. Raises ``ArchiveError`` when a manifest's build is not in the
-    cache, naming it.
+    cache, naming it, or when the archive cannot be written; nothing is left behind then.
     """
     if manifest_file is None:
         builds = published()
@@ -150,35 +170,60 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
         builds = []
         for spec in manifest.specs(manifest_file):
             lib = find(spec.key_dir, None)
-            if lib is None:
+            record = read_build(lib.parent) if lib is not None else None
+            if record is None:
                 raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {root()}: run "
                                    f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
-            builds.append((lib.parent, json.loads((lib.parent / "meta.json").read_bytes())))
+            builds.append((lib.parent, record))
     index = [{"dir": path.relative_to(root()).as_posix(), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
              for path, meta in builds]
     tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
-    with tarfile.open(tmp, "w:gz") as tar:
-        data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
-        info = tarfile.TarInfo("index.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        for path, _ in builds:
-            for name in (LIB_NAME, "meta.json"):
-                tar.add(path / name, f"{path.relative_to(root()).as_posix()}/{name}")
-    os.replace(tmp, archive)
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
+            info = tarfile.TarInfo("index.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            for path, _ in builds:
+                for name in (LIB_NAME, "meta.json"):
+                    tar.add(path / name, f"{path.relative_to(root()).as_posix()}/{name}")
+        os.replace(tmp, archive)
+    except OSError as e:
+        raise ArchiveError(f"cannot write the archive {archive}: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return len(builds)
 
 
-def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """Publish the builds of an archive into the cache, each only after ``_check_member`` passes
-    (hash, versions, architecture from ``archs`` or the target's when one is known, headers), with
-    the same atomic publish as a compile; a build that fails is not published and nothing of it
-    remains.
+def import_builds(archive: Path, archs: list[str] | None = None,
+                  expect_sha256: str | None = None) -> tuple[list[str], list[str]]:
+    """Publish the builds of an archive into the cache, with the same atomic publish as a
+    compile. The archive is checked whole first (``_read_archive``: nothing is written for one
+    that fails); then each build is published only after ``_check_member`` passes, and a build
+    that fails is not published and nothing of it remains.
+
+    Parameters
+    ----------
+    archive
+        A ``.tar.gz`` that ``export_builds`` wrote.
+    archs
+        The architectures to accept (``9.0``...); default: the target's when one is known, else any.
+    expect_sha256
+        The SHA-256 (64 hex digits) the archive must have, as ``cache export`` printed it; an
+        archive of another hash is refused whole.
 
     Returns
     -------
     ``(published, refused)``: titles, and one line per refused member naming it and why.
+    Raises ``ArchiveError`` for an archive refused whole.
+
+    Example
+    -------
+    >>> import_builds(Path("kernels.tar.gz"), ["9.0"], expect_sha256="3f9a...")  # doctest: +SKIP
+    (['scale<fp32_t, false>'], [])
     """
+    if expect_sha256 is not None and not _SHA256.fullmatch(expect_sha256):
+        raise ArchiveError(f"--expect-sha256 takes 64 hex digits (lower case), got {expect_sha256!r}")
     if archs:
         allowed = {str(CudaArch.parse(a)) for a in archs}
     else:
@@ -186,50 +231,98 @@ def import_builds(archive: Path, archs: list[str] | None = None) -> tuple[list[s
             allowed = {str(target_arch())}
         except ArchError:
             allowed = None  # no GPU and no KERNKIT_CUDA_ARCH: any architecture
-    try:
-        tar = tarfile.open(archive, "r:*")
-    except (OSError, tarfile.TarError) as e:
-        raise ArchiveError(f"cannot read the archive {archive}: {e}") from None
+    tar, index = _read_archive(archive, expect_sha256)
     done, refused = [], []
     with tar:
-        try:
-            head = json.loads(tar.extractfile("index.json").read())
-            index = head["builds"]
-        except (KeyError, AttributeError, TypeError, ValueError, tarfile.TarError) as e:
-            raise ArchiveError(f"{archive} is not a kernkit cache archive (no readable index.json: {e})") from None
-        if head.get("format") != ARCHIVE_FORMAT:
-            raise ArchiveError(f"{archive} is a kernkit cache archive of format {head.get('format')!r}; this "
-                               f"kernkit reads format {ARCHIVE_FORMAT}")
         for entry in index:
             staging = None
             try:
-                staging = staging_dir(str(entry.get("sha256", "import"))[:16])
+                staging = staging_dir(entry["sha256"][:16])
                 meta = _check_member(tar, entry, staging, allowed)
                 publish(staging, root() / entry["dir"], meta)
                 done.append(entry["title"])
             except CacheDirError as e:  # no member can be published: stop, saying why
                 raise ArchiveError(f"cannot import {archive}: {e}") from None
-            except (KeyError, TypeError, ValueError, OSError, tarfile.TarError) as e:
-                refused.append(f"{entry.get('dir')} ({entry.get('title')}): {e}")
+            except (ValueError, OSError, tarfile.TarError) as e:
+                refused.append(f"{entry['dir']} ({entry['title']}): {e}")
             finally:
                 if staging is not None:  # gone once published; else what was extracted
                     discard(staging)
     return done, refused
 
 
+def _read_archive(archive: Path, expect_sha256: str | None) -> tuple[tarfile.TarFile, list[dict]]:
+    """The archive, read whole (so a truncated one fails here) and checked whole before anything
+    is written: its SHA-256 is ``expect_sha256`` when given; its members are regular files, each
+    once: ``index.json`` and, for each of its entries, ``<dir>/lib.so`` and ``<dir>/meta.json``,
+    nothing else; each entry is ``{"dir", "title", "sha256"}``, strings, with ``dir`` a build
+    directory ``<name>/<args>-<key16>/<build12>`` of plain names (``_PART``) and ``sha256`` 64 hex
+    digits. Raises ``ArchiveError`` saying why it is not a kernkit cache archive."""
+    try:
+        data = archive.read_bytes()
+    except OSError as e:
+        raise ArchiveError(f"cannot read the archive {archive}: {e.strerror or e}") from None
+    if expect_sha256 is not None and hashlib.sha256(data).hexdigest() != expect_sha256:
+        raise ArchiveError(f"{archive} has SHA-256 {hashlib.sha256(data).hexdigest()}, not the expected "
+                           f"{expect_sha256}: nothing imported")
+
+    def refuse(why: str) -> ArchiveError:
+        return ArchiveError(f"{archive} is not a kernkit cache archive: {why}")
+
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+        members = tar.getmembers()
+    except (EOFError, OSError, zlib.error, tarfile.TarError) as e:
+        raise refuse(f"not a readable tar file, or truncated ({type(e).__name__}: {e})") from None
+    files: dict[str, tarfile.TarInfo] = {}
+    for m in members:
+        if not m.isreg():
+            raise refuse(f"its member {m.name!r} is not a regular file")
+        if m.name in files:
+            raise refuse(f"its member {m.name!r} appears twice")
+        files[m.name] = m
+    if "index.json" not in files:
+        raise refuse("it has no index.json")
+    try:
+        head = json.loads(tar.extractfile(files["index.json"]).read())
+    except ValueError as e:
+        raise refuse(f"its index.json is not JSON ({e})") from None
+    if type(head) is not dict or type(head.get("builds")) is not list:
+        raise refuse("its index.json is not an object with a list 'builds'")
+    if head.get("format") != ARCHIVE_FORMAT:
+        raise ArchiveError(f"{archive} is a kernkit cache archive of format {head.get('format')!r}; this "
+                           f"kernkit reads format {ARCHIVE_FORMAT}")
+    listed = {"index.json"}
+    for i, entry in enumerate(head["builds"], 1):
+        if type(entry) is not dict or not all(type(entry.get(f)) is str for f in ("dir", "title", "sha256")):
+            raise refuse(f"entry {i} of its index is not an object of strings 'dir', 'title' and 'sha256'")
+        parts = entry["dir"].split("/")
+        if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
+            raise refuse(f"entry {i}'s dir {entry['dir']!r} is not a build directory <name>/<args>-<key16>/<build>")
+        if not _SHA256.fullmatch(entry["sha256"]):
+            raise refuse(f"entry {i}'s sha256 {entry['sha256']!r} is not 64 hex digits")
+        for name in (f"{entry['dir']}/{LIB_NAME}", f"{entry['dir']}/meta.json"):
+            if name not in files or name in listed:
+                raise refuse(f"entry {i}'s {name} is {'listed twice' if name in listed else 'missing'}")
+            listed.add(name)
+    if len(files) > len(listed):
+        raise refuse(f"its member {sorted(set(files) - listed)[0]!r} is in no entry of its index")
+    return tar, head["builds"]
+
+
 def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set[str] | None) -> dict:
     """Extract one build of the archive into ``staging`` and return the record to publish it
-    with; raises ``ValueError`` saying which check failed: the library's sha256 is its record's,
-    the record's kernkit and tvm-ffi versions are these, its architecture is ``allowed``, and each
-    header it was built from is, byte for byte, this installation's (kernkit's own are looked up
-    here, wherever kernkit is installed)."""
+    with; raises ``ValueError`` saying which check failed: the record's fields have their types
+    (``check_record``), the library's sha256 is its record's, the record's kernkit and tvm-ffi
+    versions are these, its architecture is ``allowed``, its directory is the key directory of
+    the build request it records (the key recomputed here, so a build placed under another key
+    is refused), and each header it was built from is, byte for byte, this installation's
+    (kernkit's own are looked up here, wherever kernkit is installed)."""
     member = entry["dir"]
-    if member.startswith("/") or ".." in member.split("/") or member.count("/") != 2:
-        raise ValueError("its path is not a build directory of a cache")
     for name in (LIB_NAME, "meta.json"):
         with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
             shutil.copyfileobj(src, dst)
-    meta = json.loads((staging / "meta.json").read_bytes())
+    meta = check_record(json.loads((staging / "meta.json").read_bytes()))
     (staging / "meta.json").unlink()  # publish writes the record anew
     digest = sha256(staging / LIB_NAME)
     if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
@@ -239,6 +332,9 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
                          f"kernkit {__version__} with tvm-ffi {tvm_ffi.__version__}")
     if meta.get("arch") and allowed is not None and meta["arch"] not in allowed:
         raise ValueError(f"built for {meta['arch']}, not for {', '.join(sorted(allowed))}")
+    _bind(member, meta)
+    if not meta["deps"]:
+        raise ValueError("its record lists no header it was built from")
     deps = []
     for dep in meta["deps"]:
         path = Path(dep[0])
@@ -249,6 +345,25 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
             raise ValueError(f"it was built from {dep[0]}, which {'differs' if here else 'is missing'} here ({path})")
         deps.append(here)
     return {**meta, "deps": deps, "imported": True}
+
+
+def _bind(member: str, meta: dict) -> None:
+    """Raise ``ValueError`` unless the build at ``member`` (``<name>/<args>-<key16>/<build>``) is
+    of the spec its record's build request makes here: that spec's key, title, backend and
+    architecture are the record's, and its key directory is ``member``'s."""
+    if "request" not in meta:
+        raise ValueError("its record holds no build request (a build made before kernkit recorded them): "
+                         "rebuild it and export it again")
+    try:
+        spec = JitSpec.from_request(meta["request"])
+    except (KeyError, TypeError, ValueError, OSError, ArchError) as e:
+        raise ValueError(f"its build request cannot be made here: {type(e).__name__}: {e}") from None
+    where, placed = spec.key_dir.relative_to(root()).as_posix(), member.rsplit("/", 1)[0]
+    if (spec.key, spec.title, spec.backend, str(spec.arch) if spec.arch else None) != (
+            meta["key"], meta["title"], meta["backend"], meta["arch"]):
+        raise ValueError(f"its record is not of the build it requests, {spec.label} key {spec.key[:16]}")
+    if placed != where:
+        raise ValueError(f"it is a build of {spec.label}, whose builds go in {where}, not in {placed}")
 
 
 def _age(seconds: float) -> str:
@@ -271,10 +386,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "export":
         n = export_builds(Path(args.archive), args.manifest)
-        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}")
+        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {sha256(args.archive)} "
+              f"(import it with --expect-sha256 of this)")
         return 0
     if args.action == "import":
-        done, refused = import_builds(Path(args.archive), args.arch)
+        done, refused = import_builds(Path(args.archive), args.arch, args.expect_sha256)
         for line in refused:
             print(f"REFUSED {line}")
         print(f"imported {len(done)} build{'s' * (len(done) != 1)} into {root()}, refused {len(refused)}")

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     imp = actions.add_parser("import", help="check and publish the builds of an archive")
     imp.add_argument("archive", metavar="FILE")
     imp.add_argument("--arch", nargs="+", metavar="ARCH", help="architectures to accept (default: the target's)")
+    imp.add_argument("--expect-sha256", metavar="HEX", help="import only if the archive's SHA-256 is this (as "
+                     "`cache export` printed it); an archive is code, so pin the one you trust")
     w = cmd["warmup"]
     w.add_argument("ops", nargs="*", metavar="OP", help="registered ops, e.g. scale or kernkit::scale (default: all)")
     w.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",

@@ -1,0 +1,325 @@
+"""``cache import`` treats an archive as input: it is checked whole before anything is written,
+each build is bound to the key its record requests, records are type-checked, and the cache
+tools pass over a damaged entry by name. CPU builds, through the CPU emulator."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernkit.jit import JitDisabledError, JitSpec, cache
+from kernkit.jit.backends import KERNELS_DIR
+from kernkit.ops import activation, elementwise
+from kernkit.tools import cache as tool
+from kernkit.tools import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _members(archive: Path) -> tuple[list[dict], dict[str, bytes]]:
+    """The index entries and the other members of an archive."""
+    with tarfile.open(archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    return json.loads(files.pop("index.json"))["builds"], files
+
+
+def _write(out: Path, index: object, files: dict[str, bytes], extra: tuple[tarfile.TarInfo, ...] = ()) -> Path:
+    """A .tar.gz with ``index`` as its index.json's ``builds``, then ``files``, then ``extra``."""
+    with tarfile.open(out, "w:gz") as tar:
+        for name, data in [("index.json", json.dumps({"format": 1, "builds": index}).encode()), *files.items()]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for info in extra:
+            tar.addfile(info)
+    return out
+
+
+def _moved(archive: Path, out: Path, new_dir: str, edit=None) -> Path:
+    """``archive``'s one build moved to ``new_dir`` (index and members); ``edit(record)`` changes
+    its record in place."""
+    (entry,), files = _members(archive)
+    old = entry["dir"]
+    moved = {name.replace(old, new_dir, 1): data for name, data in files.items()}
+    if edit is not None:
+        meta = json.loads(moved[f"{new_dir}/meta.json"])
+        edit(meta)
+        moved[f"{new_dir}/meta.json"] = json.dumps(meta).encode()
+    return _write(out, [{**entry, "dir": new_dir}], moved)
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    """An archive of ``scale<fp32_t, false>`` (emu) exported from cache ``a``; the test then runs
+    in cache ``b``. Yields (archive, the build's directory relative to the cache's v2)."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    build = elementwise.scale_spec(torch.float32, "emu").build().parent
+    archive = tmp_path / "x.tar.gz"
+    assert tool.export_builds(archive) == 1
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    return archive, build.relative_to(tmp_path / "a" / "v2").as_posix()
+
+
+def _import(*args: str, capsys) -> tuple[int, str, str]:
+    rc = cli.main(["cache", "import", *map(str, args)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _published(top: Path) -> list[str]:
+    return sorted(p.parent.relative_to(top).as_posix() for p in top.glob("v2/**/meta.json"))
+
+
+# 1 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", ["name/./.", "././.", "trailing slash"])
+def test_an_index_dir_that_is_not_a_build_directory_is_refused_and_deletes_nothing(tmp_path, shipped, capsys, shape):
+    """``scale/./.`` resolved to the kernel's directory, ``././.`` to the cache root, and a
+    trailing slash to the key directory: publishing onto them discarded every build there."""
+    archive, build = shipped
+    assert _import(archive, capsys=capsys)[0] == 0  # the genuine build, already in cache b
+    before = _published(tmp_path / "b")
+    assert before == [f"v2/{build}"]
+    new_dir = {"name/./.": "scale/./.", "././.": "././.", "trailing slash": build.rsplit("/", 1)[0] + "/"}[shape]
+    rc, _, err = _import(_moved(archive, tmp_path / "bad.tar.gz", new_dir), capsys=capsys)
+    assert rc == 2 and "is not a kernkit cache archive: entry 1's dir" in err, err
+    assert _published(tmp_path / "b") == before
+    assert cache.read_build(tmp_path / "b" / "v2" / build) is not None
+
+
+# 2 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("digest", ["../../../y/", "../../y/"])
+def test_an_index_sha256_that_is_a_path_creates_nothing_outside_the_cache(tmp_path, shipped, capsys, digest):
+    archive, _ = shipped
+    (entry,), files = _members(archive)
+    bad = _write(tmp_path / "bad.tar.gz", [{**entry, "sha256": digest}], files)
+    rc, _, err = _import(bad, capsys=capsys)
+    assert rc == 2 and "entry 1's sha256" in err and "is not 64 hex digits" in err, err
+    assert not (tmp_path / "y").exists() and not (tmp_path / "b" / "y").exists()
+    assert not (tmp_path / "b").exists(), "nothing at all is written for an archive refused whole"
+
+
+# 3 -------------------------------------------------------------------------------------------
+
+CONSTRUCTOR = textwrap.dedent("""\
+    #include <cstdio>
+    __attribute__((constructor)) static void kernkit_test_runs_at_load() {
+      if (FILE* f = std::fopen("MARK", "w")) std::fclose(f);
+    }
+    """)
+
+
+@pytest.mark.parametrize("record", ["as built", "key rewritten"])
+def test_a_library_placed_under_a_shipped_ops_key_is_refused_and_never_runs(tmp_path, monkeypatch, capsys, record):
+    """A genuine build of another ``scale<fp32_t, false>`` (a user header whose library runs code
+    when loaded) placed under the shipped op's key: refused, so ``ops.scale`` never loads it.
+    With its record's key rewritten to the shipped one, the key recomputed from the record's
+    build request still differs."""
+    mark = tmp_path / "ran"
+    header = tmp_path / "user" / "scale.cuh"
+    header.parent.mkdir()
+    header.write_text((KERNELS_DIR / "elementwise" / "scale.cuh").read_text() + CONSTRUCTOR.replace("MARK", str(mark)))
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    evil = JitSpec.make("scale", "fp32_t", "false", cuda_files=[str(header)],
+                        cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu")
+    build = evil.build().parent
+    evil.build_and_load()  # the constructor works: it runs when the library is loaded
+    assert mark.exists()
+    mark.unlink()
+    tool.export_builds(tmp_path / "x.tar.gz")
+    shipped = elementwise.scale_spec(torch.float32, "emu")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    target = f"{shipped.key_dir.relative_to(cache.root()).as_posix()}/{build.name}"
+    edit = None if record == "as built" else (lambda meta: meta.update(key=shipped.key))
+    rc, out, _ = _import(_moved(tmp_path / "x.tar.gz", tmp_path / "bad.tar.gz", target, edit), capsys=capsys)
+    assert rc == 1 and "REFUSED" in out and "refused 1" in out, out
+    assert ("whose builds go in" if record == "as built" else "is not of the build it requests") in out
+    assert not list((tmp_path / "b").glob("v2/scale/*/*/lib.so"))
+    r = subprocess.run([sys.executable, "-c", "import torch\nfrom kernkit import ops\nops.scale(torch.ones(4), 2.0)"],
+                       capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "KERNKIT_CACHE_DIR": str(tmp_path / "b"), "KERNKIT_JIT": "off"})
+    assert "JitDisabledError" in r.stderr, r.stderr
+    assert not mark.exists(), "the library's constructor ran"
+
+
+def test_expect_sha256_imports_only_the_archive_export_printed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    elementwise.scale_spec(torch.float32, "emu").build()
+    archive = tmp_path / "x.tar.gz"
+    assert cli.main(["cache", "export", str(archive)]) == 0
+    printed = capsys.readouterr().out.split("SHA-256 ")[1].split()[0]
+    assert printed == cache.sha256(archive)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    other = "0" * 64
+    rc, _, err = _import(archive, "--expect-sha256", other, capsys=capsys)
+    assert rc == 2 and f"not the expected {other}: nothing imported" in err, err
+    assert not (tmp_path / "b").exists()
+    rc, _, err = _import(archive, "--expect-sha256", "../x", capsys=capsys)
+    assert rc == 2 and "--expect-sha256 takes 64 hex digits" in err
+    rc, out, _ = _import(archive, "--expect-sha256", printed, capsys=capsys)
+    assert rc == 0 and "imported 1 build" in out
+
+
+# 4 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("record", ["as built", "key and title rewritten"])
+def test_a_genuine_build_placed_under_another_ops_key_is_refused(tmp_path, monkeypatch, capsys, record):
+    """``silu_and_mul<fp32>`` in ``gelu_and_mul<fp32>``'s directory made ``gelu_and_mul`` return
+    SiLU."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    silu = activation.act_and_mul_spec("silu", torch.float32, "emu")
+    build = silu.build().parent
+    tool.export_builds(tmp_path / "x.tar.gz")
+    gelu = activation.act_and_mul_spec("gelu", torch.float32, "emu")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    target = f"{gelu.key_dir.relative_to(cache.root()).as_posix()}/{build.name}"
+    edit = None if record == "as built" else (lambda meta: meta.update(key=gelu.key, title=gelu.title))
+    rc, out, _ = _import(_moved(tmp_path / "x.tar.gz", tmp_path / "bad.tar.gz", target, edit), capsys=capsys)
+    assert rc == 1 and "refused 1" in out and "silu_and_mul<fp32_t, 0, false> (emu)" in out, out
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    with pytest.raises(JitDisabledError, match=r"gelu_and_mul<fp32_t, 1, false>"):
+        gelu.build()
+
+
+# 8 -------------------------------------------------------------------------------------------
+
+def test_an_entry_without_a_title_is_refused_before_anything_is_published(tmp_path, shipped, capsys):
+    archive, _ = shipped
+    (entry,), files = _members(archive)
+    del entry["title"]
+    rc, _, err = _import(_write(tmp_path / "bad.tar.gz", [entry], files), capsys=capsys)
+    assert rc == 2 and "entry 1 of its index is not an object of strings" in err, err
+    assert _published(tmp_path / "b") == []
+
+
+# 9 -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, expect", [
+    ("built_at", "2026-12-01", "'built_at' is not a number"),
+    ("deps", [["a.h", "1", 2, 3, 4, "x"]], "'deps' is not a list of [path, size"),
+    ("key", "../../x", "'key' is not 64 hex digits"),
+])
+def test_a_record_of_the_wrong_types_is_refused_at_import(tmp_path, shipped, capsys, field, value, expect):
+    archive, build = shipped
+    rc, out, _ = _import(_moved(archive, tmp_path / "bad.tar.gz", build, lambda meta: meta.update({field: value})),
+                         capsys=capsys)
+    assert rc == 1 and "refused 1" in out and expect in out, out
+    assert _published(tmp_path / "b") == []
+
+
+def test_a_load_and_the_cache_tools_pass_over_a_record_they_cannot_read(tmp_path, monkeypatch, capsys):
+    """Next to a genuine build of the same key, a record with ``"built_at": "2026-12-01"`` made
+    every load of the op fail (``'<' not supported between 'str' and 'float'``), and ``cache
+    list`` and ``prune`` crash."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    spec = elementwise.scale_spec(torch.float32, "emu")
+    lib = spec.build()
+    bad = lib.parent.with_name("0" * 12)
+    shutil.copytree(lib.parent, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    (bad / "meta.json").write_text(json.dumps({**meta, "built_at": "2026-12-01"}))
+    for args in (["cache", "list"], ["cache", "prune", "--keep", "5"]):
+        assert cli.main(args) == 0
+        out, err = capsys.readouterr()
+        assert f"skipped a damaged build: unreadable build record in {bad}: its record's 'built_at'" in err, err
+        assert ("scale<fp32_t, false>" if args[1] == "list" else "removed 0 builds") in out, out
+    with pytest.warns(RuntimeWarning, match="discarding a damaged cache entry"):
+        assert spec.build() == lib
+    assert not bad.exists()
+
+
+# 10 ------------------------------------------------------------------------------------------
+
+def test_an_index_dir_in_the_locks_cannot_block_builds(tmp_path, shipped, capsys):
+    archive, _ = shipped
+    spec = elementwise.scale_spec(torch.float32, "emu")
+    rc, _, err = _import(_moved(archive, tmp_path / "bad.tar.gz", f".locks/{spec.key[:16]}.lock/x"), capsys=capsys)
+    assert rc == 2 and "is not a build directory" in err, err
+    assert not (tmp_path / "b" / "v2" / ".locks" / f"{spec.key[:16]}.lock").is_dir()
+    assert spec.build().is_file()  # a cold build of that key takes its lock
+
+
+# 13 ------------------------------------------------------------------------------------------
+
+def test_the_cache_tools_name_a_damaged_entry_and_pass_it_over(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    good = elementwise.scale_spec(torch.float32, "emu").build().parent
+    no_record = elementwise.scale_spec(torch.float16, "emu").build().parent
+    no_lib = elementwise.scale_spec(torch.bfloat16, "emu").build().parent
+    (no_record / "meta.json").write_text("[1, 2]")
+    (no_lib / cache.LIB_NAME).unlink()
+    archive = tmp_path / "x.tar.gz"
+    for args in (["cache", "list"], ["cache", "prune", "--keep", "5"], ["cache", "export", str(archive)]):
+        assert cli.main(args) == 0, args
+        out, err = capsys.readouterr()
+        assert f"unreadable build record in {no_record}: its record is a JSON list" in err, err
+        assert f"{no_lib / cache.LIB_NAME} is missing" in err, err
+    assert "wrote 1 build to" in out
+    assert [e["dir"] for e in _members(archive)[0]] == [good.relative_to(tmp_path / "c" / "v2").as_posix()]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert cli.main(["cache", "export", str(tmp_path / "missing" / "x.tar.gz")]) == 2
+    assert "error: cannot write the archive" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+
+
+# 14 ------------------------------------------------------------------------------------------
+
+def _device(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+    return info
+
+
+def _link(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    return info
+
+
+def _dirmember(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.DIRTYPE
+    return info
+
+
+@pytest.mark.parametrize("kind", ["truncated", "not gzip", "builds: 5", "a string entry", "a number for dir",
+                                  "directory member", "device member", "symlink member", "no index",
+                                  "a member in no entry"])
+def test_a_malformed_archive_is_refused_whole_with_exit_2(tmp_path, shipped, capsys, kind):
+    archive, build = shipped
+    (entry,), files = _members(archive)
+    bad = tmp_path / "bad.tar.gz"
+    if kind == "truncated":
+        bad.write_bytes(archive.read_bytes()[: archive.stat().st_size * 3 // 4])
+    elif kind == "not gzip":
+        bad.write_bytes(b"\x1f\x8b" + os.urandom(200))
+    elif kind == "no index":
+        with tarfile.open(bad, "w:gz"):
+            pass
+    else:
+        index: object = {"builds: 5": 5, "a string entry": ["scale"], "a number for dir": [{**entry, "dir": 5}]}.get(
+            kind, [entry])
+        member = f"{build}/{cache.LIB_NAME}"
+        if kind in ("directory member", "device member", "symlink member"):
+            files.pop(member)
+            extra = ({"directory member": _dirmember, "device member": _device, "symlink member": _link}[kind](member),)
+        else:
+            extra = ()
+            if kind == "a member in no entry":
+                files["scale/other"] = b"x"
+        _write(bad, index, files, extra)
+    rc, _, err = _import(bad, capsys=capsys)
+    assert rc == 2 and err.startswith(f"error: {bad} is not a kernkit cache archive: "), err
+    assert "Traceback" not in err
+    assert not (tmp_path / "b").exists()

@@ -1,0 +1,233 @@
+"""kernkit beside sglang's own JIT kernels (``sglang.jit_kernel``) and torch.compile, over the
+grids of sglang's ``bench_norm.py`` and ``bench_rope.py``, plus the eager host cost per call of
+the ops both have.
+
+    python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,host] [--no-compile]
+
+- rmsnorm: in place (``out=x``, as sglang's benchmark calls it), bf16, hidden 1024-8192 (and
+  1536, 16384) x 1 to 8192 tokens.
+- rope: ``rotary_embedding`` against sglang's ``apply_rope_inplace``: bf16 q/k
+  ``[tokens, heads, 128]``, (q, kv) heads (8, 1), (16, 2), (32, 8) and Qwen3-32B's (64, 8),
+  neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
+  of 131072 rows (as sglang's benchmark builds it).
+- host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
+  in place), store_cache and rope, plus kernkit's bare module call (the launcher without the
+  Python layer).
+
+Times are CUDA-graph medians per call with inputs rotated beyond the L2 (``common``). sglang's
+jit_kernel is used when importable: from an installed sglang, or from a tree holding only
+``sglang/jit_kernel`` (unpacked from the wheel) on ``PYTHONPATH``, for which the three small
+sglang modules it imports are replaced by stand-ins that do what sglang's do with kernel-API
+logging off (they return the function unchanged). torch.compile times the torch function of
+each op at a subset of the shapes (it compiles once per shape). Measures and reports; asserts
+nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+from kernkit import ops  # noqa: E402
+
+EPS = 1e-6
+NORM_HIDDENS = sorted([1536, *range(1024, 8192 + 1, 1024)]) + [16384]
+NORM_TOKENS = [2**n for n in range(14)]
+ROPE_HEADS = [(8, 1), (16, 2), (32, 8), (64, 8)]
+ROPE_TOKENS = [2**n for n in range(16)]
+ROPE_MAX_POS = 131072
+COMPILE_TOKENS = {1, 64, 1024, 8192, 16384}
+_LIBRARIES: list = []
+
+
+def load_sglang():
+    """sglang's jit_kernel modules (norm, rope, kvcache), or None when they cannot be imported."""
+    try:
+        import sglang.utils  # noqa: F401
+    except ImportError:
+        _stand_ins()
+    try:
+        from sglang.jit_kernel import kvcache, norm, rope
+    except ImportError as e:
+        print(f"sglang's jit_kernel is not importable ({e}); timing kernkit and torch only", file=sys.stderr)
+        return None
+    return types.SimpleNamespace(norm=norm, rope=rope, kvcache=kvcache)
+
+
+def _stand_ins() -> None:
+    """What jit_kernel imports from the rest of sglang, as sglang behaves with its kernel-API
+    logging off: ``is_in_ci`` False; ``register_custom_op`` defines ``torch.ops.sglang.<name>``
+    with a CUDA kernel (``torch.library`` define and impl, as sglang's
+    ``direct_register_custom_op``) and returns that op, which eager calls then go through;
+    ``debug_kernel_api`` returns the function itself."""
+    def module(name: str, **attrs) -> None:
+        sys.modules.setdefault(name, types.ModuleType(name)).__dict__.update(attrs)
+
+    lib = torch.library.Library("sglang", "FRAGMENT")
+    _LIBRARIES.append(lib)  # an op lives as long as its library object
+
+    def register_custom_op(fn=None, *, op_name=None, mutates_args=None, **kwargs):
+        def register(f):
+            name = op_name or f.__name__
+            lib.define(name + torch.library.infer_schema(f, mutates_args=mutates_args or []))
+            lib.impl(name, f, "CUDA")
+            return getattr(torch.ops.sglang, name)
+
+        return register(fn) if fn is not None else register
+
+    def debug_kernel_api(func=None, **kwargs):
+        return func if func is not None else (lambda f: f)
+
+    module("sglang.utils", is_in_ci=lambda: False)
+    module("sglang.srt")
+    module("sglang.srt.utils")
+    module("sglang.srt.utils.custom_op", register_custom_op=register_custom_op)
+    module("sglang.kernel_api_logging", debug_kernel_api=debug_kernel_api)
+
+
+def torch_rmsnorm(x: torch.Tensor, w: torch.Tensor) -> None:
+    xf = x.float()
+    x.copy_(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float())
+
+
+def torch_rope(positions, q, k, cache, is_neox: bool) -> None:
+    half = cache.shape[1] // 2
+    cos, sin = cache[positions, :half].unsqueeze(1), cache[positions, half:].unsqueeze(1)
+    for t in (q, k):
+        f = t.float()
+        if is_neox:
+            x, y = f[..., :half], f[..., half:]
+            t.copy_(torch.cat([x * cos - y * sin, y * cos + x * sin], -1))
+        else:
+            x, y = f[..., 0::2], f[..., 1::2]
+            t.copy_(torch.stack([x * cos - y * sin, y * cos + x * sin], -1).flatten(-2))
+
+
+def bench_rmsnorm(sgl, compile_: bool) -> list[str]:
+    rows, compiled = [], torch.compile(torch_rmsnorm, dynamic=False) if compile_ else None
+    for hidden in NORM_HIDDENS:
+        w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
+        for tokens in NORM_TOKENS:
+            calls = common.calls_for(2 * tokens * hidden * 2, max_calls=400)
+            xs = torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16)
+            fns = {"kernkit": lambda c: ops.rmsnorm(xs[c], w, EPS, out=xs[c])}
+            if sgl is not None:
+                fns["sglang"] = lambda c: sgl.norm.rmsnorm(xs[c], w, xs[c], EPS)
+            if compiled is not None and tokens in COMPILE_TOKENS and hidden in (4096, 5120):
+                fns["torch.compile"] = lambda c: compiled(xs[c], w)
+            us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+            rows.append([hidden, tokens, *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
+                         _ratio(us)])
+            del xs
+    return ["## rmsnorm, bf16, in place (us per call)", "",
+            *common.markdown_table(["hidden", "tokens", "kernkit", "sglang", "torch.compile", "kernkit / sglang"],
+                                   rows), ""]
+
+
+def _ratio(us: dict) -> float:
+    return us["kernkit"] / us["sglang"] if "sglang" in us else float("nan")
+
+
+def rope_cache() -> torch.Tensor:
+    inv = 1.0 / (10000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32, device="cuda") / 128))
+    ang = torch.arange(ROPE_MAX_POS, dtype=torch.float32, device="cuda")[:, None] * inv
+    return torch.cat([ang.cos(), ang.sin()], -1)
+
+
+def bench_rope(sgl, compile_: bool) -> list[str]:
+    cache, rows = rope_cache(), []
+    compiled = torch.compile(torch_rope, dynamic=False) if compile_ else None
+    for hq, hk in ROPE_HEADS:
+        for is_neox in (True, False):
+            for tokens in ROPE_TOKENS:
+                per_call = 2 * tokens * (hq + hk) * 128 * 2 + tokens * (8 + 512)
+                calls = common.calls_for(per_call, max_calls=400)
+                qs = torch.randn(calls, tokens, hq, 128, device="cuda", dtype=torch.bfloat16)
+                ks = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
+                ps = torch.randint(ROPE_MAX_POS, (calls, tokens), device="cuda", dtype=torch.int64)
+                fns = {"kernkit": lambda c: ops.rotary_embedding(ps[c], qs[c], ks[c], cache, is_neox)}
+                if sgl is not None:
+                    fns["sglang"] = lambda c: sgl.rope.apply_rope_inplace(qs[c], ks[c], cache, ps[c], is_neox=is_neox)
+                if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
+                    fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], cache, is_neox)
+                us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)])
+                      for m, f in fns.items()}
+                rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
+                             *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
+                             _ratio(us)])
+                del qs, ks, ps
+    return ["## rope, bf16 q/k [tokens, heads, 128], fp32 cache, int64 positions (us per call)", "",
+            *common.markdown_table(["q,kv heads", "pairs", "tokens", "kernkit", "sglang", "torch.compile",
+                                    "kernkit / sglang"], rows), ""]
+
+
+def bench_host(sgl) -> list[str]:
+    """Eager per-call cost of the same work through each library, in one process."""
+    bf16 = torch.bfloat16
+    x = torch.randn(16, 4096, device="cuda", dtype=bf16)
+    w = torch.randn(4096, device="cuda", dtype=bf16)
+    out = torch.empty_like(x)
+    kc = torch.zeros(4096, 8 * 128, device="cuda", dtype=bf16)
+    vc = torch.zeros_like(kc)
+    k = torch.randn(64, 8 * 128, device="cuda", dtype=bf16)
+    v = torch.randn_like(k)
+    idx = torch.randperm(4096, device="cuda")[:64].to(torch.int64)
+    q3 = torch.randn(16, 32, 128, device="cuda", dtype=bf16)
+    k3 = torch.randn(16, 8, 128, device="cuda", dtype=bf16)
+    pos = torch.arange(16, device="cuda")
+    cache = rope_cache()
+    module = ops.norm._module(bf16, 4096, True)
+    fns = {
+        "rmsnorm into out: kernkit": lambda: ops.rmsnorm(x, w, EPS, out=out),
+        "rmsnorm into out: kernkit, bare module call": lambda: module.rmsnorm(out, x, w, EPS),
+        "rmsnorm in place: kernkit": lambda: ops.rmsnorm(out, w, EPS, out=out),
+        "store_cache: kernkit": lambda: ops.store_cache(kc, vc, idx, k, v),
+        "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
+    }
+    if sgl is not None:
+        fns.update({
+            "rmsnorm into out: sglang": lambda: sgl.norm.rmsnorm(x, w, out, EPS),
+            "rmsnorm in place: sglang": lambda: sgl.norm.rmsnorm(out, w, out, EPS),
+            "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
+            "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),
+        })
+    us = common.host_us(fns)
+    rows = [[name, t] for name, t in sorted(us.items())]
+    return ["## eager host cost per call (us; best of 15 rounds of 2000 calls)", "",
+            *common.markdown_table(["call", "us"], rows), ""]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="write the results here (default: print only)")
+    p.add_argument("--only", default="host,rmsnorm,rope", help="comma list of host, rmsnorm, rope")
+    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("bench_sglang: needs a CUDA GPU")
+    common.allow_recompiles(256)
+    sgl = load_sglang()
+    lines = common.header("kernkit beside sglang's jit_kernel", common.command_line())
+    lines += [f"- device copy bandwidth: {common.copy_bandwidth_tbs():.3f} TB/s",
+              f"- sglang jit_kernel: {'imported' if sgl is not None else 'not importable'}", ""]
+    parts = args.only.split(",")
+    if "host" in parts:
+        lines += bench_host(sgl)
+        print("\n".join(lines), flush=True)
+    if "rmsnorm" in parts:
+        lines += bench_rmsnorm(sgl, not args.no_compile)
+    if "rope" in parts:
+        lines += bench_rope(sgl, not args.no_compile)
+    common.write_report(args.out, f"sglang-h200-{datetime.date.today().isoformat()}.md", lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
+#include <kernkit/runtime.cuh>  // runtime::get_sm_count
 #include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -21,6 +22,7 @@
 
 #include <tvm/ffi/container/tensor.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -182,6 +184,11 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   if (active) {
     device::norm::load_vecs<Layout>(v, src, lane);
     if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+  }
+  // The loads are issued: the next kernel may start launching now (its own wait still covers
+  // this kernel's stores), which hides its launch behind this kernel's memory round trip.
+  device::PDLTriggerSecondary<kUsePDL>();
+  if (active) {
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
@@ -213,9 +220,6 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       }
     }
   }
-
-  // Lets the next kernel start its prologue; it sees these stores after its PDLWaitPrimary.
-  device::PDLTriggerSecondary<kUsePDL>();
 }
 
 /// \brief In place, per row: `residual = x + residual` (the fp32 sum rounded to `T`), then
@@ -253,12 +257,15 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   float s[Layout::kPerThread][Layout::kVecN];
   vec_t w[Layout::kPerThread];  // as in rmsnorm_kernel
   float acc[Layout::kVecN] = {};
+  vec_t a[Layout::kPerThread];
+  vec_t b[Layout::kPerThread];
   if (active) {
-    vec_t a[Layout::kPerThread];
-    vec_t b[Layout::kPerThread];
     device::norm::load_vecs<Layout>(a, xr, lane);
     device::norm::load_vecs<Layout>(b, rr, lane);
     if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+  }
+  device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_kernel
+  if (active) {
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
@@ -292,8 +299,6 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       }
     }
   }
-
-  device::PDLTriggerSecondary<kUsePDL>();
 }
 
 namespace host {
@@ -378,6 +383,24 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
 /// loading after takes half the registers.
 constexpr int64_t kHoldWeightRows = 1024;
 
+/// \brief About the registers a thread of a kernel that holds the weight takes (ptxas, sm_90a,
+/// bf16: 80 to 117 from hidden 4096 to 16384).
+constexpr int64_t kHoldWeightRegisters = 112;
+
+/// \brief Whether the kernels hold the weight for `n` rows: below `kHoldWeightRows`, and only
+/// while the grid fits on the GPU at once at the registers holding takes: a second wave costs
+/// more than the weight's round trip (hidden 16384 at 256 rows, one CTA an SM:
+/// `benchmark/results/sglang-h200-2026-12-02.md`).
+/// \tparam Layout A `NormLayout`.
+/// \param n Rows.
+/// \param device The tensors' device.
+template <typename Layout>
+inline bool hold_weight(int64_t n, DLDevice device) {
+  if (n >= kHoldWeightRows) return false;
+  const int64_t per_sm = std::max<int64_t>(1, 65536 / (Layout::kBlockThreads * kHoldWeightRegisters));
+  return div_ceil(n, static_cast<int64_t>(Layout::kRowsPerBlock)) <= per_sm * runtime::get_sm_count(device.device_id);
+}
+
 }  // namespace norm
 }  // namespace host
 
@@ -409,8 +432,8 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
   }
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  const auto kernel = n < norm::kHoldWeightRows ? rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                : rmsnorm_kernel<T, kHidden, false, kUsePDL>;
+  const auto kernel = norm::hold_weight<Layout>(n, a.device) ? rmsnorm_kernel<T, kHidden, true, kUsePDL>
+                                                              : rmsnorm_kernel<T, kHidden, false, kUsePDL>;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
       .enable_pdl(kUsePDL)(kernel, data_ptr<T>(out), data_ptr<const T>(x), data_ptr<const T>(weight),
                            a.other.row_stride, a.x.row_stride, n, eps);
@@ -437,8 +460,8 @@ void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tv
   check_no_overlap({{x, "x"}, {residual, "residual"}}, {{weight, "weight"}});
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  const auto kernel = n < norm::kHoldWeightRows ? fused_add_rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                : fused_add_rmsnorm_kernel<T, kHidden, false, kUsePDL>;
+  const auto kernel = norm::hold_weight<Layout>(n, a.device) ? fused_add_rmsnorm_kernel<T, kHidden, true, kUsePDL>
+                                                              : fused_add_rmsnorm_kernel<T, kHidden, false, kUsePDL>;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
       .enable_pdl(kUsePDL)(kernel, data_ptr<T>(x), data_ptr<T>(residual), data_ptr<const T>(weight),
                            a.x.row_stride, a.other.row_stride, n, eps);

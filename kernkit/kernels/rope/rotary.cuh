@@ -153,6 +153,9 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
 
   // positions, q and k may be what the previous kernel in the stream wrote.
   device::PDLWaitPrimary<kUsePDL>();
+  // The next kernel may start launching now: its own wait still covers this kernel's stores,
+  // and its launch hides behind this kernel's memory round trips.
+  device::PDLTriggerSecondary<kUsePDL>();
   for (int64_t token = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; token < p.num_tokens;
        token += token_step) {
     T* const base = head0 + token * token_stride;
@@ -195,8 +198,6 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
       for (int v = 0; v < kLoad / kAccess; ++v) yv[v].store(base + L::kHalf + first, v);
     }
   }
-  // Lets the next kernel start its prologue; its own wait still covers these stores.
-  device::PDLTriggerSecondary<kUsePDL>();
 }
 
 namespace host {

@@ -131,7 +131,7 @@ def test_cubin_holds_every_kernel_the_launchers_take(built):
 
 def test_host_library_runs_its_launcher_checks(built):
     _, error = built
-    assert error == "'out': expected a cuda tensor, got cpu"
+    assert error == "'src': expected a cuda tensor, got cpu"
 
 
 def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh_cache):

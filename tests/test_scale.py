@@ -54,10 +54,10 @@ def test_out_of_another_dtype_names_out():
         scale(torch.randn(8), 2.0, out=torch.empty(8, dtype=torch.float16))
 
 
-def test_out_of_another_shape_names_both_tensors_and_shapes():
-    with pytest.raises(ValueError, match=r"^'src': expected shape \[9\] \(from 'out'\), got \[8\]$"):
+def test_out_of_another_shape_is_blamed_on_out_with_both_shapes():
+    with pytest.raises(ValueError, match=r"^'out': expected shape \[8\] \(from 'src'\), got \[9\]$"):
         scale(torch.randn(8), 2.0, out=torch.empty(9))
-    with pytest.raises(ValueError, match=r"^'src': expected shape \[4, 2\] \(from 'out'\), got \[2, 4\]$"):
+    with pytest.raises(ValueError, match=r"^'out': expected shape \[2, 4\] \(from 'src'\), got \[4, 2\]$"):
         scale(torch.randn(2, 4), 2.0, out=torch.empty(4, 2))
 
 
@@ -86,9 +86,9 @@ def test_launcher_errors_name_the_tensor_and_what_was_expected(launcher):
     x = torch.randn(4, 33).half()
     cases = [
         (torch.empty(4, 32, dtype=torch.float16), x, ValueError,
-         r"^'src': expected shape \[4, 32\] \(from 'out'\), got \[4, 33\]$"),
+         r"^'out': expected shape \[4, 33\] \(from 'src'\), got \[4, 32\]$"),
         (torch.empty(132, dtype=torch.float16), x, ValueError,
-         r"^'src': expected shape \[132\] \(from 'out'\), got \[4, 33\]$"),
+         r"^'out': expected shape \[4, 33\] \(from 'src'\), got \[132\]$"),
         (torch.empty(4, 33), x, TypeError, r"^'out': expected dtype float16, got float32$"),
         (torch.empty(4, 33, dtype=torch.float16), x.float(), TypeError, r"^'src': expected dtype float16, got float32$"),
         (torch.empty(33, 4, dtype=torch.float16).t(), x, ValueError, r"^'out': expected a contiguous tensor"),

@@ -90,6 +90,10 @@ def test_own_kernel_outside_the_package(tmp_path):
         assert torch.equal(y, (x.float() * -1.25).to(dtype)), dtype
     with pytest.raises(TypeError, match="unsupported dtype"):
         my_ops.my_scale(torch.ones(3, dtype=torch.int32), 2.0)
+    # A transposed input is refused under its own name, not under the name of the out the op
+    # allocated for it.
+    with pytest.raises(ValueError, match=r"^'src': expected a contiguous tensor"):
+        my_ops.my_scale(torch.randn(77, 3).t(), 2.0)
 
     x = torch.randn(5)
     assert torch.equal(torch.ops.my_project.my_scale(x, 2.0), x * 2)

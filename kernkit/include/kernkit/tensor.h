@@ -19,9 +19,11 @@
 ///       .verify(dst, "dst").verify(src, "src");
 ///   TensorMatcher({N}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>()
 ///       .verify(indices, "indices");
-///   // Any rank: `src` must have the shape of `out`.
-///   TensorMatcher(out.shape(), "out").with_device<kDLCUDA>(device).with_dtype<T>()
-///       .verify(out, "out").verify(src, "src");
+///   // Any rank: `out` must have the shape of `src`. Verify inputs before outputs: a tensor that
+///   // disagrees with one verified before it is the one blamed, and a caller's `out` is what
+///   // is wrong more often than the input it was allocated for.
+///   TensorMatcher(src.shape(), "src").with_device<kDLCUDA>(device).with_dtype<T>()
+///       .verify(src, "src").verify(out, "out");
 /// \endcode
 #pragma once
 
@@ -320,8 +322,8 @@ class TensorMatcher {
 
   /// \brief Match tensors of exactly the shape `shape`, of any rank: typically another tensor's,
   /// so that tensors must agree on every dimension whatever their rank
-  /// (`TensorMatcher(out.shape(), "out")...verify(out, "out").verify(src, "src")`). A mismatch
-  /// says `'src': expected shape [4, 33] (from 'out'), got [4, 32]`. The shape is referenced, not
+  /// (`TensorMatcher(src.shape(), "src")...verify(src, "src").verify(out, "out")`). A mismatch
+  /// says `'out': expected shape [4, 32] (from 'src'), got [4, 33]`. The shape is referenced, not
   /// copied: it must outlive the matcher (a tensor argument's shape does).
   /// \param shape The required shape.
   /// \param from The role of the tensor `shape` belongs to, for messages; none by default.

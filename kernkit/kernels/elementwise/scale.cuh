@@ -71,13 +71,14 @@ void scale(tvm::ffi::TensorView out, tvm::ffi::TensorView src, float factor) {
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "scale: T must be fp16_t, bf16_t or fp32_t");
 
-  // Any rank, one shape for both; the kernel sees them as flat arrays.
+  // Any rank, one shape for both; the kernel sees them as flat arrays. The input first, so
+  // that an `out` which disagrees with it is the one blamed.
   SymbolicDevice device;
-  TensorMatcher(out.shape(), "out")
+  TensorMatcher(src.shape(), "src")
       .with_device<kDLCUDA>(device)
       .with_dtype<T>()
-      .verify(out, "out")
-      .verify(src, "src");
+      .verify(src, "src")
+      .verify(out, "out");
   // Both are contiguous and of one shape, so the same first byte means the same elements: the
   // in-place scale, which every thread does safely (torch allows it too). Any other overlap is
   // a shifted view, whose result would depend on the order of the threads.

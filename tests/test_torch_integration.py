@@ -421,6 +421,41 @@ def test_available_says_whether_an_op_can_run_here(cold, monkeypatch, caplog):
         ops.available("no_such_op")
 
 
+def _register_user_op(qualname: str) -> None:
+    """A user's op outside kernkit's namespace whose build is scale's fp32 kernel."""
+    def user_op(x: torch.Tensor) -> torch.Tensor:
+        return ops.scale(x, 1.0)
+
+    ops.register_op(qualname, fake=lambda x: torch.empty_like(x),
+                    specializations=lambda backend=None: [elementwise.scale_spec(torch.float32, backend)])(user_op)
+
+
+def test_available_on_cpu_means_the_emulator(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # whatever this machine has
+    assert ops.available("scale", "cpu", dtypes=[torch.bfloat16])
+    assert ops.available("scale", torch.device("cpu"), dtypes=[torch.bfloat16], backend="emu")
+    # No device named and no GPU visible: the tensors can only be CPU tensors.
+    assert ops.available("scale", dtypes=[torch.bfloat16])
+    with pytest.raises(ValueError, match=r"^'backend': 'nvcc' does not build for cpu tensors"):
+        ops.available("scale", "cpu", dtypes=[torch.bfloat16], backend="nvcc")
+    with pytest.raises(ValueError, match=r"^'backend': 'emu' does not build for cuda tensors"):
+        ops.available("scale", "cuda", dtypes=[torch.bfloat16], backend="emu")
+    with pytest.raises(ValueError, match=r"^'device': expected cuda or cpu, got 'meta'"):
+        ops.available("scale", "meta", dtypes=[torch.bfloat16])
+
+
+def test_available_reads_a_bare_name_as_warmup_does():
+    _register_user_op("avail_test::add_residual_scale")
+    assert ops.available("add_residual_scale", "cpu")
+    assert ops.available("avail_test::add_residual_scale", "cpu")
+    _register_user_op("avail_test2::add_residual_scale")
+    with pytest.raises(ValueError, match=r"^'add_residual_scale' names several ops: avail_test::add_residual_scale, "
+                                         r"avail_test2::add_residual_scale"):
+        ops.available("add_residual_scale", "cpu")
+    _register_user_op("avail_test::scale")
+    assert ops.available("scale", "cpu", dtypes=[torch.float32])  # kernkit's own, which takes dtypes
+
+
 # --- no compiling while a CUDA graph is captured ----------------------------------------------
 
 

@@ -69,7 +69,9 @@ def target_arch() -> CudaArch:
         return CudaArch.parse(text)
     raise ArchError(
         "no CUDA device is visible, so kernkit cannot tell which GPU to build for; set "
-        f"{ARCH_VAR} to the target's compute capability (e.g. {ARCH_VAR}=9.0 for H100/H200)"
+        f"{ARCH_VAR} to the target's compute capability (e.g. {ARCH_VAR}=9.0 for H100/H200). CPU tensors "
+        "need no GPU build: kernkit's ops run them on its CPU emulator, and a kernel of your own does with "
+        "backend=\"emu\""
     )
 
 

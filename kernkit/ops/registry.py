@@ -21,7 +21,7 @@ the call and the version bump.
 
 The op's ``specializations(**model_shape)`` is kept too: ``python -m kernkit.jit warmup`` builds
 them for every registered op (a user's own included: import its module, or pass ``--import``),
-and ``available(op, **model_shape)`` tells whether they load here.
+and ``available(op, device, **model_shape)`` tells whether they load here.
 """
 
 from __future__ import annotations
@@ -305,26 +305,61 @@ def _is_int64(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -2**63 <= value < 2**63
 
 
-def available(op: str, **model_shape: object) -> bool:
-    """Whether every specialization ``op`` needs for ``model_shape`` loads here, building what is
-    missing (never inside a CUDA-graph capture). A caller that has a fallback of its own asks this
-    once instead of catching errors per call; why not is logged at WARNING.
+def _find_op(name: str) -> Op:
+    """The registered op ``name`` names, read as ``warmup`` reads names: ``"namespace::name"``,
+    or a bare name: kernkit's op of that name, else the one op of that name in another namespace
+    (``add_residual_scale`` for ``my_project::add_residual_scale``); a ``ValueError`` listing the
+    candidates when none or several match."""
+    if name in _ops:
+        return _ops[name]
+    matches = [op for op in _ops.values() if op.name == name]
+    kernkit_op = [op for op in matches if op.qualname.startswith("kernkit::")]
+    if len(kernkit_op or matches) == 1:
+        return (kernkit_op or matches)[0]
+    if matches:
+        raise ValueError(f"{name!r} names several ops: {', '.join(op.qualname for op in matches)}; give one of them")
+    raise ValueError(f"{name!r} is not a registered op; registered: {', '.join(_ops)}")
+
+
+def available(op: str, device: str | torch.device | None = None, **model_shape: object) -> bool:
+    """Whether every specialization ``op`` needs for ``model_shape`` loads here, for tensors on
+    ``device``, building what is missing (never inside a CUDA-graph capture). A caller that has
+    a fallback of its own asks this once instead of catching errors per call; why not is logged
+    at WARNING.
 
     Parameters
     ----------
     op
-        ``"store_cache"`` or ``"namespace::name"``.
+        ``"store_cache"``, ``"namespace::name"``, or the bare name of an op in another namespace
+        (as ``warmup`` reads op names).
+    device
+        Where the caller's tensors are: ``"cuda"`` (a GPU build), ``"cpu"`` (kernkit's CPU
+        emulator, the same as ``backend="emu"``), a ``torch.device``, or None: ``"cuda"`` when
+        torch sees a GPU, else ``"cpu"``.
     model_shape
-        The keyword arguments of the op's ``specializations`` (e.g. ``dtypes``, ``num_heads``).
+        The keyword arguments of the op's ``specializations`` (e.g. ``dtypes``, ``num_heads``;
+        ``backend`` picks the GPU build's compiler).
 
     Example
     -------
     >>> if not available("store_cache", dtypes=[torch.bfloat16], num_heads=8, head_dim=128):
     ...     store = my_torch_store  # doctest: +SKIP
+    >>> available("scale", "cpu", dtypes=[torch.bfloat16])  # doctest: +SKIP
+    True
     """
-    entry = _ops.get(op if "::" in op else f"kernkit::{op}")
-    if entry is None or entry.specializations is None:
-        raise ValueError(f"available: {op!r} is not a registered op with specializations")
+    entry = _find_op(op)
+    if entry.specializations is None:
+        raise ValueError(f"available: {entry.qualname} has no specializations to build")
+    backend = model_shape.get("backend")
+    if device is None:
+        device = "cpu" if backend == "emu" or (backend is None and not torch.cuda.is_available()) else "cuda"
+    kind = torch.device(device).type
+    if kind not in ("cuda", "cpu"):
+        raise ValueError(f"'device': expected cuda or cpu, got {device!r}")
+    if backend is not None and (backend == "emu") != (kind == "cpu"):
+        raise ValueError(f"'backend': {backend!r} does not build for {kind} tensors (CPU tensors run on 'emu')")
+    if kind == "cpu":
+        model_shape["backend"] = "emu"
     try:
         for spec in entry.specializations(**model_shape):
             spec.build_and_load()

@@ -228,6 +228,46 @@ def test_cache_list_and_clear(tmp_path, fresh_cache, capsys):
     assert json.loads((again.parent / "meta.json").read_text())["built_at"] >= cleared
 
 
+def test_cache_list_shows_the_shared_caches(tmp_path, fresh_cache, capsys, monkeypatch):
+    """Builds loaded from KERNKIT_CACHE_SHARED are listed there, with their cache."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(shared))
+    small_spec(tmp_path, "kk_shared", 1).build()
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(fresh_cache))
+    small_spec(tmp_path, "kk_local", 2).build()
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
+    assert cli.main(["cache", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE", "CACHE"]
+    assert out[1].split()[0] == "kk_local<2>" and out[1].endswith("  local")
+    assert out[2].split()[0] == "kk_shared<1>" and out[2].endswith("  shared 1")
+    assert out[3].startswith("1 build, ") and out[3].endswith(f"in {fresh_cache / 'v2'}")
+    assert out[4].startswith("1 build, ") and out[4].endswith(f"in shared 1: {shared / 'v2'} "
+                                                               "(KERNKIT_CACHE_SHARED, read-only)")
+
+
+def test_a_second_import_says_already_present_and_a_refusal_names_a_path_once(tmp_path, fresh_cache, capsys,
+                                                                              monkeypatch):
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    small_spec(tmp_path, "kk_imp", 1).build()
+    small_spec(tmp_path, "kk_imp", 2).build()
+    assert cli.main(["cache", "export", str(tmp_path / "x.tar.gz")]) == 0
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(fresh_cache))
+    assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"imported 2 builds into {fresh_cache / 'v2'}, refused 0"
+    assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (f"imported 0 builds into {fresh_cache / 'v2'} "
+                                                        "(2 already present), refused 0")
+
+    header = tmp_path / "kk_imp.h"
+    header.write_text(header.read_text() + "// edited\n")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
+    assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 1
+    refused = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2 and all(line.endswith(f"it was built from {header}, which differs here")
+                                     for line in refused), refused
+
+
 # ----------------------------------------------------------------------------------- warmup
 
 
@@ -368,11 +408,86 @@ def test_doctor(tmp_path, fresh_cache, capsys, monkeypatch):
     if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         assert "  DLPack fast path  yes" in out
 
-    # Problems are marked, and the doctor still exits 0.
+    # Problems are marked, and the doctor exits 1.
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    monkeypatch.delenv("KERNKIT_CUDA_ARCH")
-    assert cli.main(["doctor"]) == 0
+    monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")  # CUDA builds here are nvcc's: it is missing
+    assert cli.main(["doctor"]) == 1
     marked = {line[2:].split("  ")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("!")}
-    assert {"host compiler", "CUDA home", "nvcc"} <= marked and "cache dir" not in marked
-    assert ("target arch" in marked) is not torch.cuda.is_available()
+    assert marked == {"host compiler", "CUDA home", "nvcc"}
+
+
+def marked_lines(capsys) -> dict[str, str]:
+    return {line[2:].split("  ")[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("!")}
+
+
+def test_doctor_on_a_machine_without_a_gpu_marks_nothing_the_emulator_does_not_need(tmp_path, fresh_cache, capsys,
+                                                                                   monkeypatch):
+    """No GPU and no KERNKIT_CUDA_ARCH: CPU tensors run on the emulator, which needs neither a
+    target architecture nor nvcc, so neither is a problem and the doctor exits 0."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("KERNKIT_CUDA_ARCH")
+    monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # no nvcc there either
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "  target arch       none: no GPU visible and KERNKIT_CUDA_ARCH unset. CPU tensors run on" in out
+    assert not [line for line in out.splitlines() if line.startswith("!")]
+    monkeypatch.setenv("KERNKIT_CUDA_ARCH", "sm_9x")  # asked for GPU builds, and mistyped
+    assert cli.main(["doctor"]) == 1
+    assert set(marked_lines(capsys)) == {"target arch"}
+
+
+def test_doctor_shows_the_shared_caches(tmp_path, fresh_cache, capsys, monkeypatch):
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(shared))
+    small_spec(tmp_path, "kk_shared", 1).build()
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(fresh_cache))
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", f"{shared}{os.pathsep}{tmp_path / 'missing'}")
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert f"  shared cache      {shared / 'v2'} (1 published builds, read-only, from KERNKIT_CACHE_SHARED)" in out
+    assert f"! shared cache      {tmp_path / 'missing' / 'v2'}: no such directory (KERNKIT_CACHE_SHARED)" in out
+
+
+# ------------------------------------------------------------------------ behaves like a tool
+
+
+def test_version(capsys):
+    from kernkit._version import __version__
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out == f"kernkit {__version__}\n"
+
+
+def test_the_console_script_is_the_cli(monkeypatch, capsys):
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["kernkit"].partition(":")
+    assert getattr(importlib.import_module(module), name) is cli.main
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/kernkit", "-h"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert capsys.readouterr().out.startswith("usage: kernkit ")
+
+
+@pytest.mark.parametrize("argv", [["warmup", "--list", "--dtype", "bf16"], ["cache", "list"], ["doctor"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, argv):
+    """``... | head -1``: the pipe is closed before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernkit.jit", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=300, env={**os.environ, "KERNKIT_CACHE_DIR": str(tmp_path)})
+    finally:
+        os.close(write)
+    assert proc.returncode == 1 and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_help_names_every_cache_action(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["-h"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("cache "))
+    assert all(action in line for action in ("list", "clear", "prune", "export", "import")), line

@@ -1,10 +1,11 @@
-"""Inspect or clear kernkit's on-disk cache of built specializations ($KERNKIT_CACHE_DIR, default
-~/.cache/kernkit).
+"""List, clear, prune, export and import kernkit's on-disk cache of built specializations
+($KERNKIT_CACHE_DIR, default ~/.cache/kernkit).
 
 `cache` or `cache list` prints one line per published build (specialization, backend,
-architecture, size, age) and a total. `cache clear` removes every build and kept failure;
-`cache clear --kernel NAME` only those of one kernel. Locks and builds in progress are left
-alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
+architecture, size, age) and a total, for the local cache and for each read-only cache of
+$KERNKIT_CACHE_SHARED (which loads search first). `cache clear` removes every build and kept
+failure; `cache clear --kernel NAME` only those of one kernel. Locks and builds in progress are
+left alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
 
 `cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
 builds made before. `cache export FILE [--manifest M]` writes every build, or those of a manifest
@@ -12,9 +13,9 @@ builds made before. `cache export FILE [--manifest M]` writes every build, or th
 such an archive after checking its library's hash, its kernkit and tvm-ffi versions, its
 architecture, that its directory is the one its recorded build request keys to, and that the
 headers it was built from are this installation's, byte for byte. A build that fails a check is
-refused, named, and nothing of it is published. An archive that is not one kernkit wrote (a bad
-index, a member that is not a file, a truncated file) is refused whole, before anything is
-written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
+refused, named, and nothing of it is published; one the cache holds already is counted as
+already present. An archive that is not one kernkit wrote (a bad index, a member that is not a
+file, a truncated file) is refused whole, before anything is written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
 the one `cache export` printed on the build box.
 """
 
@@ -39,8 +40,9 @@ from .._version import __version__
 from ..jit import manifest
 from ..jit.arch import ArchError, CudaArch, target_arch
 from ..jit.backends import LIB_NAME, PACKAGE_ROOT
-from ..jit.cache import (CacheDirError, CorruptBuildError, check_record, discard, file_record, find, publish,
-                         read_build, root, sha256, staging_dir)
+from ..jit.cache import (LAYOUT, CacheDirError, CorruptBuildError, check_record, discard, file_record, find,
+                         publish, read_build, root, sha256, staging_dir)
+from ..jit.config import SHARED_VAR, shared_dirs
 from ..jit.spec import JitSpec
 
 #: The archive's layout version (its ``index.json``).
@@ -73,13 +75,15 @@ def tree_size(path: Path) -> int:
     return total
 
 
-def published(kernel: str | None = None) -> list[tuple[Path, dict]]:
+def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[Path, dict]]:
     """The published builds, ``<cache>/v2/<name>/<args>-<key16>/<build12>/``.
 
     Parameters
     ----------
     kernel
         Only this kernel's (the first element of its marker, e.g. ``scale``); default: all.
+    top
+        The ``v2`` directory of the cache to read (``shared_roots()``); default: ``root()``.
 
     Returns
     -------
@@ -88,7 +92,7 @@ def published(kernel: str | None = None) -> list[tuple[Path, dict]]:
     left out.
     """
     builds = []
-    for meta in sorted(root().glob("[!.]*/[!.]*/[!.]*/meta.json")):  # not .locks, .staging, .failed
+    for meta in sorted((top or root()).glob("[!.]*/[!.]*/[!.]*/meta.json")):  # not .locks, .staging, .failed
         if kernel is None or meta.parents[2].name == kernel:
             try:
                 record = read_build(meta.parent)
@@ -98,6 +102,11 @@ def published(kernel: str | None = None) -> list[tuple[Path, dict]]:
             if record is not None:  # None: being removed
                 builds.append((meta.parent, record))
     return builds
+
+
+def shared_roots() -> list[Path]:
+    """The ``v2`` directories of the read-only caches of ``KERNKIT_CACHE_SHARED``, in search order."""
+    return [d.absolute() / LAYOUT for d in shared_dirs()]
 
 
 def clear(kernel: str | None = None) -> int:
@@ -342,7 +351,8 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
             path = PACKAGE_ROOT / path.relative_to(meta["package"])
         here = file_record(path) if path.is_file() else None
         if here is None or here[-1] != dep[-1]:
-            raise ValueError(f"it was built from {dep[0]}, which {'differs' if here else 'is missing'} here ({path})")
+            raise ValueError(f"it was built from {dep[0]}, which {'differs' if here else 'is missing'} here"
+                             + (f" ({path})" if path != Path(dep[0]) else ""))
         deps.append(here)
     return {**meta, "deps": deps, "imported": True}
 
@@ -390,24 +400,35 @@ def run(args: argparse.Namespace) -> int:
               f"(import it with --expect-sha256 of this)")
         return 0
     if args.action == "import":
+        before = {path for path, _ in published()}
         done, refused = import_builds(Path(args.archive), args.arch, args.expect_sha256)
         for line in refused:
             print(f"REFUSED {line}")
-        print(f"imported {len(done)} build{'s' * (len(done) != 1)} into {root()}, refused {len(refused)}")
+        new = len({path for path, _ in published()} - before)
+        present = f" ({len(done) - new} already present)" if len(done) > new else ""
+        print(f"imported {new} build{'s' * (new != 1)} into {root()}{present}, refused {len(refused)}")
         return 1 if refused else 0
     if args.action == "clear":
         n = clear(args.kernel)
         print(f"removed {n} build{'s' * (n != 1)}{f' of {args.kernel}' if args.kernel else ''} from {root()}")
         return 0
-    now, total = time.time(), 0
-    rows = [("SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE")]
-    for path, meta in published():
-        size = tree_size(path)
-        total += size
-        rows.append((meta.get("title", path.parent.parent.name), meta.get("backend") or "c++",
-                     meta.get("arch") or "-", human_size(size), _age(now - meta.get("built_at", now))))
+    # The local cache, then the shared ones (KERNKIT_CACHE_SHARED), which loads search first.
+    now, shared = time.time(), shared_roots()
+    rows = [("SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE", *(("CACHE",) if shared else ()))]
+    totals = []
+    for i, top in enumerate([root(), *shared]):
+        builds = published(top=top)
+        total = 0
+        for path, meta in builds:
+            size = tree_size(path)
+            total += size
+            rows.append((meta.get("title", path.parent.parent.name), meta.get("backend") or "c++",
+                         meta.get("arch") or "-", human_size(size), _age(now - meta.get("built_at", now)),
+                         *((f"shared {i}" if i else "local",) if shared else ())))
+        where = f"shared {i}: {top} ({SHARED_VAR}, read-only)" if i else str(top)
+        totals.append(f"{len(builds)} build{'s' * (len(builds) != 1)}, {human_size(total)}, in {where}")
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows if len(rows) > 1 else []:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    print(f"{len(rows) - 1} build{'s' * (len(rows) != 2)}, {human_size(total)}, in {root()}")
+    print("\n".join(totals))
     return 0

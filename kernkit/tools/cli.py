@@ -1,12 +1,15 @@
-"""``python -m kernkit.jit``: the command line of kernkit's developer tools. Each subcommand is
-a module of ``kernkit.tools`` with a ``run(args)``; its docstring is the subcommand's help."""
+"""``python -m kernkit.jit`` (or the ``kernkit`` console script): the command line of kernkit's
+developer tools. Each subcommand is a module of ``kernkit.tools`` with a ``run(args)``; its
+docstring is the subcommand's help."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
+from .._version import __version__
 from ..jit import ArchError
 from ..jit.backends import BACKENDS
 from ..jit.manifest import ManifestError
@@ -28,14 +31,17 @@ def _clangd_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``python -m kernkit.jit`` and its subcommands."""
+    """The parser of ``python -m kernkit.jit`` (``kernkit``) and its subcommands."""
     raw = argparse.RawDescriptionHelpFormatter
+    prog = "kernkit" if os.path.basename(sys.argv[0]) == "kernkit" else "python -m kernkit.jit"
     parser = _clangd_options(argparse.ArgumentParser(
-        prog="python -m kernkit.jit", formatter_class=raw, description="kernkit's JIT tools. Without a "
+        prog=prog, formatter_class=raw, description="kernkit's JIT tools. Without a "
         "subcommand, writes a .clangd (`clangd`, whose options are accepted here):\n\n" + clangd.__doc__))
+    parser.add_argument("--version", action="version", version=f"kernkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}")
     helps = {"clangd": "write a .clangd so that clangd parses kernels as CUDA (the default)",
-             "cache": "list or clear the built specializations", "doctor": "report toolchain, target, cache, versions",
+             "cache": "list, clear, prune, export or import the built specializations",
+             "doctor": "report toolchain, target, cache, versions; exits 1 when something is wrong",
              "warmup": "build the specializations of the registered ops for a model shape, in parallel"}
     cmd = {name: sub.add_parser(name, help=helps[name], description=module.__doc__, formatter_class=raw)
            for name, module in COMMANDS.items()}
@@ -84,12 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns
     -------
-    The exit status: 0, 1 when a warmup build failed, 2 for a command that cannot be done as
-    asked (the message on stderr).
+    The exit status: 0; 1 when a warmup build failed, an import refused a build or ``doctor``
+    found a problem; 2 for a command that cannot be done as asked (the message on stderr).
+    A reader that stops early (``| head``) ends the command quietly, as it ends ``cat``.
     """
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command or "clangd"].run(args)
+        status = COMMANDS[args.command or "clangd"].run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
     except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, cache.ArchiveError, ArchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # What Python's documentation advises: send what is still buffered nowhere, so that the
+        # interpreter's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

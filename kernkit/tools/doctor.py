@@ -1,8 +1,11 @@
 """Print what the JIT layer sees, one line each: kernkit, python, torch (CUDA, GPU) and tvm-ffi;
 whether torch tensors take tvm-ffi's fast C DLPack path; the host compiler, CUDA home and nvcc
 with their versions; the target architecture; the cache directory (size, published builds,
-writable); whether the JIT may compile; the KERNKIT_* variables; clangd. Lines marked '!' are
-problems for building kernels. Nothing is compiled; always exits 0.
+writable) and the read-only caches of KERNKIT_CACHE_SHARED; whether the JIT may compile; the
+KERNKIT_* variables; clangd. Lines marked '!' are problems for building kernels here, and the
+command then exits 1 (else 0). Without a GPU and without KERNKIT_CUDA_ARCH, CPU tensors run
+through kernkit's CPU emulator, which needs neither a target architecture nor nvcc: their absence
+is not marked then. Nothing is compiled.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ import tvm_ffi
 from .._version import __version__
 from ..jit.arch import ArchError, target_arch
 from ..jit.backends import ToolchainError, find_cuda_home, find_cxx, version
-from ..jit.config import BACKEND_VAR, default_backend
+from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, default_backend
 from ..jit.nvrtc import toolkit
 from ..jit.cache import frozen_compiles, root
 from ..jit.config import frozen, jit_enabled
-from .cache import human_size, published, tree_size
+from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 
 
@@ -59,6 +62,18 @@ def report() -> list[tuple[str, str, bool]]:
     ``(label, value, is_problem)`` triples.
     """
     gpu = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU visible"
+    try:
+        arch, arch_line = target_arch(), None
+    except ArchError as e:
+        arch = None
+        # No GPU and no KERNKIT_CUDA_ARCH: this machine runs CPU tensors, on the emulator. Only a
+        # KERNKIT_CUDA_ARCH that does not parse is a problem.
+        arch_line = (str(e), True) if os.environ.get(ARCH_VAR) else (
+            f"none: no GPU visible and {ARCH_VAR} unset. CPU tensors run on kernkit's CPU emulator, which "
+            f"needs none; set {ARCH_VAR} (e.g. 9.0) to build for a GPU from here", False)
+    backend = default_backend()
+    # nvcc and CUDA's headers matter where CUDA builds are made, by nvcc.
+    needs_nvcc = arch is not None and backend == "nvcc"
     fast = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
     home = find_cuda_home()
     headers = home is not None and (home / "include" / "cuda_runtime.h").is_file()
@@ -72,23 +87,26 @@ def report() -> list[tuple[str, str, bool]]:
               "through Python's __dlpack__ on every call; upgrade torch to 2.10 or newer", not fast),
              ("host compiler", *_compiler(find_cxx)),
              ("CUDA home", f"{home}{'' if headers else ' (no include/cuda_runtime.h)'}" if home
-              else "not found (set CUDA_HOME)", not headers),
-             ("nvcc", nvcc + (" (the emu backend and C++-only builds do not need it)" if nvcc_bad else ""), nvcc_bad),
+              else "not found (set CUDA_HOME)", needs_nvcc and not headers),
+             ("nvcc", nvcc + (" (the emu and nvrtc backends and C++-only builds do not need it)" if nvcc_bad else ""),
+              needs_nvcc and nvcc_bad),
              ("NVRTC", *_nvrtc()),
-             ("CUDA backend", f"{default_backend()} (for CUDA builds that name none; {BACKEND_VAR} sets it)", False)]
-    try:
-        arch = target_arch()
-        where = "the visible GPU" if torch.cuda.is_available() else "KERNKIT_CUDA_ARCH"
-        lines.append(("target arch", f"{arch} (sm_{arch.sm}, from {where}; "
-                      f"{'PDL' if arch.major >= 9 else 'no PDL: needs sm_90'})", False))
-    except ArchError as e:
-        lines.append(("target arch", str(e), True))
+             ("CUDA backend", f"{backend} (for CUDA builds that name none; {BACKEND_VAR} sets it)", False)]
+    if arch is not None:
+        where = "the visible GPU" if torch.cuda.is_available() else ARCH_VAR
+        arch_line = (f"{arch} (sm_{arch.sm}, from {where}; {'PDL' if arch.major >= 9 else 'no PDL: needs sm_90'})",
+                     False)
+    lines.append(("target arch", *arch_line))
     cache = root()
     existing = next(p for p in (cache, *cache.parents) if p.exists())
     writable = os.access(existing, os.W_OK)
-    lines += [("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
-                            f"{'' if writable else ', NOT WRITABLE'})", not writable),
-              ("JIT", ("on (missing specializations compile on first use)" if jit_enabled() else
+    lines.append(("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
+                               f"{'' if writable else ', NOT WRITABLE'})", not writable))
+    for top in shared_roots():  # a shared cache that is not there is a mistyped path or a missing mount
+        lines.append(("shared cache", f"{top} ({len(published(top=top))} published builds, read-only, from "
+                                      f"{SHARED_VAR})" if top.is_dir() else f"{top}: no such directory ({SHARED_VAR})",
+                      not top.is_dir()))
+    lines += [("JIT", ("on (missing specializations compile on first use)" if jit_enabled() else
                        "off (KERNKIT_JIT: only cached specializations load)")
                + (f"; frozen: a compile {'raises' if frozen() == 'error' else 'warns and is counted'} "
                   f"(KERNKIT_FREEZE={frozen()})" if frozen() else ""), False),
@@ -102,9 +120,9 @@ def report() -> list[tuple[str, str, bool]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``doctor`` subcommand: print ``report()``; returns 0."""
+    """The ``doctor`` subcommand: print ``report()``; returns 1 when a line is a problem, else 0."""
     lines = report()
     width = max(len(label) for label, _, _ in lines)
     for label, value, problem in lines:
         print(f"{'!' if problem else ' '} {label:<{width}}  {value}")
-    return 0
+    return 1 if any(problem for _, _, problem in lines) else 0

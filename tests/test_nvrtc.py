@@ -58,6 +58,20 @@ def test_split_gives_nvrtc_no_host_code_and_the_host_compiler_no_device_code():
     assert "twice_kernel(float* dst, const Params p);" in host  # the kernel as a declaration
 
 
+def test_split_keeps_every_line_where_it_was():
+    """What a half drops leaves its newlines, so a compiler's line numbers are the source's."""
+    lines = SOURCE.splitlines()
+    halves = split(SOURCE)
+    for half in (halves.device, halves.host):
+        kept = half.splitlines()
+        assert len(kept) == len(lines)
+        assert all(k.rstrip(";").strip() in line for k, line in zip(kept, lines)), half
+    body = next(i for i, line in enumerate(lines) if "twice(p.src" in line)  # the kernel's body
+    assert halves.device.splitlines()[body] == lines[body] and halves.host.splitlines()[body] == ""
+    launch = next(i for i, line in enumerate(lines) if "LaunchKernel(" in line)  # the launcher's
+    assert halves.host.splitlines()[launch] == lines[launch] and halves.device.splitlines()[launch] == ""
+
+
 def _without_toolkit() -> dict:
     """The environment of a machine with no CUDA toolkit: no nvcc on PATH, no CUDA_HOME."""
     env = dict(os.environ)
@@ -154,6 +168,36 @@ def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh
         load_jit("bad_nvrtc", cuda_files=[str(src)], cuda_wrappers=[("launch", "launch<1>")], backend="nvrtc")
     message = str(info.value)
     assert "undefined_device_function" in message and "backend='nvcc'" in message and "KERNKIT_BACKEND=nvcc" in message
+
+
+def test_a_device_error_names_the_users_file_and_line(tmp_path, fresh_cache):
+    """NVRTC compiles a copy of the file's device half; its messages name the file itself, at the
+    line of the source (host code before the kernel, which the half drops, moves nothing)."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from kernkit.jit import CompileError, load_jit
+
+    src = tmp_path / "add_residual_scale.cuh"
+    src.write_text(textwrap.dedent("""\
+        #pragma once
+        #include <kernkit/tensor.h>
+        #include <kernkit/utils.cuh>
+        namespace kernkit {
+        inline int host_helper(int n) {
+          return n + 1;
+        }
+        template <int N>
+        __global__ void k(float* p) {
+          p[0] = not_declared_anywhere + N;
+        }
+        template <int N>
+        void launch(tvm::ffi::TensorView t) { host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr())); }
+        }  // namespace kernkit
+        """))
+    with pytest.raises(CompileError) as info:
+        load_jit("line_nvrtc", cuda_files=[str(src)], cuda_wrappers=[("launch", "launch<1>")], backend="nvrtc")
+    message = str(info.value)
+    assert f"{src}(10)" in message and "not_declared_anywhere" in message, message
+    assert "device/user" not in message, message
 
 
 def test_default_backend_is_nvrtc_where_it_is_installed(monkeypatch):

@@ -228,7 +228,8 @@ def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
         for side, text in (("host", halves.host), ("device", halves.device)):
             out = build_dir / side / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text, errors="surrogateescape")
+            # The halves keep the source's line numbers; #line makes the compilers name the source.
+            out.write_text(f"#line 1 {json.dumps(str(source), ensure_ascii=False)}\n{text}", errors="surrogateescape")
         includes.update(re.findall(r"^\s*#\s*include\s*<([^>]+)>", halves.device, re.M))
     kit = toolkit()
     (build_dir / "shim").mkdir()

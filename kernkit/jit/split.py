@@ -13,7 +13,8 @@ declaration (``__global__``, ``__device__``, ``KERNKIT_DEVICE``, ``__host__ __de
   drops device-only functions.
 
 Preprocessor lines, comments and everything that is not a function definition are kept as they
-are in both halves. This is a scan of braces and declarations, not a C++ parser: a construct it
+are in both halves, and what a half drops leaves its newlines: every line keeps its number, so a
+compiler's message about a half names the line of the source. This is a scan of braces and declarations, not a C++ parser: a construct it
 misreads comes out as a compile error of one half, which names the file.
 """
 
@@ -92,8 +93,7 @@ class _Scanner:
             namespace = _NAMESPACE.match(head)
             if namespace:
                 d, h, _ = self.scope(i + 1, close - 1, in_class=False)
-                if namespace.group(2) != "host":
-                    device.append(text[start:i + 1] + d + "}")
+                device.append(text[start:i + 1] + d + "}" if namespace.group(2) != "host" else _gap(text[start:close]))
                 host.append(text[start:i + 1] + h + "}")
                 i = start = close
             elif _DECLARATOR_END.search(head) and not _LAMBDA.search(head):
@@ -102,11 +102,11 @@ class _Scanner:
                 whole = text[start:close]
                 if kind == "global":
                     self.kernels.append(_function_name(head))
-                    host.append(text[start:i].rstrip() + ";")
-                if kind != "host":
-                    device.append(whole)
-                if kind in ("host", "both"):
-                    host.append(whole)
+                    declaration = text[start:i].rstrip()
+                    host.append(declaration + ";" + _gap(whole[len(declaration):]))
+                device.append(whole if kind != "host" else _gap(whole))
+                if kind != "global":
+                    host.append(whole if kind in ("host", "both") else _gap(whole))
                 i = start = close
             elif _CLASS.search(head):
                 semi = code.index(";", close)
@@ -114,6 +114,8 @@ class _Scanner:
                 tail = text[close - 1:semi + 1]
                 if not members or members - {"host"}:  # a class of host functions only is host code
                     device.append(text[start:i + 1] + d + tail)
+                else:
+                    device.append(_gap(text[start:semi + 1]))
                 host.append(text[start:i + 1] + h + tail)
                 i = start = semi + 1
             else:  # a braced initializer or a lambda: part of a declaration that ends with ";"
@@ -121,6 +123,11 @@ class _Scanner:
         device.append(text[start:end])
         host.append(text[start:end])
         return "".join(device), "".join(host), kinds
+
+
+def _gap(dropped: str) -> str:
+    """What stands for dropped text: its newlines."""
+    return "\n" * dropped.count("\n")
 
 
 def _function_name(head: str) -> str:

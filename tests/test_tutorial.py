@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,7 +72,7 @@ def test_the_snippets_run():
         exec(compile(code, str(TUTORIAL), "exec"), {})
 
 
-def test_own_kernel_outside_the_package(tmp_path):
+def test_own_kernel_outside_the_package(tmp_path, monkeypatch, capsys):
     """The last section as a reader follows it: the Step 1 kernel copied into a project
     directory, the example module next to it, an absolute path in the spec, the op registered
     under its own namespace and found by warmup."""
@@ -82,6 +83,7 @@ def test_own_kernel_outside_the_package(tmp_path):
     spec = importlib.util.spec_from_file_location("my_ops", project / "my_ops.py")
     my_ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(my_ops)
+    monkeypatch.setitem(sys.modules, "my_ops", my_ops)  # what `from my_ops import ...` finds
 
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         x = torch.randn(3, 77).to(dtype)
@@ -106,3 +108,12 @@ def test_own_kernel_outside_the_package(tmp_path):
     assert spec.key_dir.parent.name == "my_scale"
     units = list(spec.key_dir.glob("*/kernel_emu.cc"))
     assert units and all(str(project / "scale.cuh") in u.read_text() for u in units)
+
+    # The section's warmup, for CPU tensors (the module is imported already), under the bare name.
+    assert cli.main(["warmup", "my_scale", "--dtype", "bf16", "--backend", "emu", "-q"]) == 0
+    assert "1 specializations: " in capsys.readouterr().out
+
+    # The section's tests, run by pytest as a reader runs them (exit code 0: collected, and passed).
+    (project / "test_my_ops.py").write_text(block("example", "test_my_ops.py") + "\n")
+    assert pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", str(project), str(project / "test_my_ops.py")]) == 0
+    assert "\n20 passed" in capsys.readouterr().out

@@ -4,7 +4,8 @@ when a specialization is first used, so there is no compile_commands.json for an
 The file sets:
 
   * CUDA mode for one GPU architecture (--cuda; default: the visible GPU, else
-    $KERNKIT_CUDA_ARCH, else sm_90), with the toolkit of CUDA_HOME, nvcc on PATH or
+    $KERNKIT_CUDA_ARCH, else 9.0; written as clang's target name, sm_90a for 9.0 and newer,
+    the arch-specific target kernkit builds there), with the toolkit of CUDA_HOME, nvcc on PATH or
     /usr/local/cuda;
   * the include paths of a JIT build: kernkit's headers and kernels, tvm-ffi, DLPack, the CUDA
     toolkit and its include/cccl (CUDA 13 moved CCCL there: nvcc adds it by itself, clang does

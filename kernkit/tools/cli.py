@@ -21,7 +21,7 @@ COMMANDS = {"clangd": clangd, "cache": cache, "warmup": warmup, "doctor": doctor
 
 def _clangd_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--cuda", metavar="ARCH", help="GPU architecture: 9.0, sm_90a, 100... (default: the "
-                        "visible GPU, else $KERNKIT_CUDA_ARCH, else sm_90)")
+                        "visible GPU, else $KERNKIT_CUDA_ARCH, else 9.0, written sm_90a)")
     parser.add_argument("--dep", nargs="+", default=[], choices=("cutlass", "flashinfer"), metavar="NAME",
                         help="also add the headers of these installed packages: cutlass, flashinfer")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing file")

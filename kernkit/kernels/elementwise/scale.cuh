@@ -3,8 +3,8 @@
 #pragma once
 
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicDevice, data_ptr
-#include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
-#include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
+#include <kernkit/type.cuh>  // device::cast
+#include <kernkit/utils.cuh>  // fp16_t, bf16_t, fp32_t, LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil
 #include <kernkit/vec.cuh>  // AlignedVector
 

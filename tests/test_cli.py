@@ -424,11 +424,14 @@ def marked_lines(capsys) -> dict[str, str]:
 def test_doctor_on_a_machine_without_a_gpu_marks_nothing_the_emulator_does_not_need(tmp_path, fresh_cache, capsys,
                                                                                    monkeypatch):
     """No GPU and no KERNKIT_CUDA_ARCH: CPU tensors run on the emulator, which needs neither a
-    target architecture nor nvcc, so neither is a problem and the doctor exits 0."""
+    target architecture nor nvcc (CUDA's headers, yes), so neither is a problem and the doctor
+    exits 0."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("KERNKIT_CUDA_ARCH")
     monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # no nvcc there either
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))  # CUDA's headers without nvcc
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "  target arch       none: no GPU visible and KERNKIT_CUDA_ARCH unset. CPU tensors run on" in out

@@ -4,8 +4,8 @@ with their versions; the target architecture; the cache directory (size, publish
 writable) and the read-only caches of KERNKIT_CACHE_SHARED; whether the JIT may compile; the
 KERNKIT_* variables; clangd. Lines marked '!' are problems for building kernels here, and the
 command then exits 1 (else 0). Without a GPU and without KERNKIT_CUDA_ARCH, CPU tensors run
-through kernkit's CPU emulator, which needs neither a target architecture nor nvcc: their absence
-is not marked then. Nothing is compiled.
+through kernkit's CPU emulator, which needs neither a target architecture nor nvcc (only the host
+compiler and CUDA's headers): their absence is not marked then. Nothing is compiled.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def report() -> list[tuple[str, str, bool]]:
               "through Python's __dlpack__ on every call; upgrade torch to 2.10 or newer", not fast),
              ("host compiler", *_compiler(find_cxx)),
              ("CUDA home", f"{home}{'' if headers else ' (no include/cuda_runtime.h)'}" if home
-              else "not found (set CUDA_HOME)", needs_nvcc and not headers),
+              else "not found (set CUDA_HOME)", not headers),  # the emulator compiles against its headers
              ("nvcc", nvcc + (" (the emu and nvrtc backends and C++-only builds do not need it)" if nvcc_bad else ""),
               needs_nvcc and nvcc_bad),
              ("NVRTC", *_nvrtc()),

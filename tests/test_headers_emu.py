@@ -8,7 +8,9 @@ compared with torch. Here they run on the CPU emulator (``backend="emu"``, CPU t
 Exactness. Reductions, max/min/abs, casts (fp8 included) and the atomics are compared bit for
 bit: the warp and CTA reductions combine values in a fixed butterfly order, which the reference
 replays in the same dtype, so even floating-point sums match exactly. Only fp32 ``rsqrt``,
-``exp``, ``sin`` and ``cos`` are approximate on the GPU and are compared with a tolerance.
+``exp``, ``sin`` and ``cos`` are approximate on the GPU and are compared with a tolerance, and
+``ex2_approx``, ``rcp_approx`` and ``tanh_approx``: bit for bit with their documented CPU
+evaluation on the emulator, within the PTX ISA's stated error on the GPU.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ WRAPPERS = [
     ("vector_max", "headers_test::vector_max"),
     ("tile_abs", "headers_test::tile_abs"),
     ("ieee_math", "headers_test::ieee_math"),
+    ("approx_math", "headers_test::approx_math"),
 ]
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -505,3 +508,47 @@ def test_ieee_math_special_values(mod, dev):
     erfc = got["erfc"]
     assert erfc[0].item() == 1.0 and erfc[2].item() == 0.0 and erfc[3].item() == 2.0 and erfc[4].isnan()
     assert erfc[13].item() == 0.0 and 0.0 < erfc[15].item() < 2.0**-126, "erfc(10) is subnormal, erfc(20) is 0"
+
+
+# ---------------------------------------------------------------------------------------------
+# ----- approximate math: ex2_approx, rcp_approx, tanh_approx (math.cuh)
+# ---------------------------------------------------------------------------------------------
+
+
+def _flush(t: torch.Tensor) -> torch.Tensor:
+    """Subnormal fp32 values replaced by zeros of their sign (``.ftz``)."""
+    return torch.where(t.abs() < 2.0**-126, t * 0, t)
+
+
+def _approx_sweep() -> torch.Tensor:
+    g = torch.Generator().manual_seed(12)
+    parts = [torch.linspace(-130.0, 130.0, 100001), torch.linspace(-2.0, 2.0, 20001), torch.randn(20000, generator=g) * 30,
+             torch.exp2(torch.linspace(-149.0, 127.0, 20001)), -torch.exp2(torch.linspace(-149.0, 127.0, 2001)),
+             torch.tensor([0.0, -0.0, float("inf"), float("-inf"), 1e-40, -1e-40, 2.0**126 * 1.5, 3e38])]
+    return torch.cat(parts).float()
+
+
+def test_approx_math(mod, dev):
+    """The emulator gives exactly the documented evaluation (``exp2``/``tanh`` in float64
+    rounded once, the IEEE ``1 / x``, subnormals flushed for ex2/rcp); the GPU stays within
+    PTX's stated error: ex2 2 ulp of the correctly rounded value, rcp 1 ulp, tanh 2**-11
+    relative. Both: the documented special values."""
+    a = _approx_sweep()
+    out = torch.full((3, a.numel()), 7.0, device=dev)
+    mod.approx_math(a.to(dev), out)
+    ex2, rcp, tanh = out.cpu()
+    want_ex2 = _flush(torch.exp2(_flush(a).double()).float())
+    want_rcp = _flush(1.0 / _flush(a).double()).float()
+    want_tanh = torch.tanh(a.double()).float()
+    if dev == "cpu":
+        for name, got, want in (("ex2", ex2, want_ex2), ("rcp", rcp, want_rcp), ("tanh", tanh, want_tanh)):
+            assert_bitwise_equal(got, want, name)
+        return
+    for name, got, want, ulps in (("ex2", ex2, want_ex2, 2.0), ("rcp", rcp, want_rcp, 1.0)):
+        finite = want.isfinite() & (want != 0)
+        assert torch.equal(got[~finite], want[~finite]), f"{name}: special values"
+        err = _fp32_ulps(got[finite], want[finite].double())
+        assert float(err.max()) <= ulps + 0.5, f"{name}: {float(err.max()):.3f} ulp"
+    rel = ((tanh.double() - torch.tanh(a.double())).abs() / torch.tanh(a.double()).abs().clamp_min(2.0**-149))
+    assert float(rel[a != 0].max()) <= 2.0**-11, f"tanh: relative error {float(rel.max()):.3g}"
+    assert tanh[a == float("inf")].eq(1).all() and tanh[a == float("-inf")].eq(-1).all()

@@ -450,5 +450,32 @@ inline void ieee_math(tvm::ffi::TensorView a, tvm::ffi::TensorView out) {
                                                  host::data_ptr<float>(out), n);
 }
 
+// ---------------------------------------------------------------------------------------------
+// ----- approximate math (math.cuh): out rows ex2_approx(a), rcp_approx(a), tanh_approx(a)
+// ---------------------------------------------------------------------------------------------
+
+__global__ void approx_math_kernel(const float* __restrict__ a, float* __restrict__ out, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    const float x = a[i];
+    out[0 * n + i] = device::math::ex2_approx(x);
+    out[1 * n + i] = device::math::rcp_approx(x);
+    out[2 * n + i] = device::math::tanh_approx(x);
+  }
+}
+
+/// a: [n] fp32; out: [3, n] fp32.
+inline void approx_math(tvm::ffi::TensorView a, tvm::ffi::TensorView out) {
+  const int64_t n = a.size(0);
+  host::SymbolicDevice device;
+  verify<fp32_t>(a, "a", {n}, 1, device);
+  verify<fp32_t>(out, "out", {3, n}, 1, device);
+  if (n == 0) return;
+  const int64_t blocks = host::div_ceil(n, int64_t{256});
+  const auto grid = static_cast<uint32_t>(blocks < 1024 ? blocks : 1024);
+  host::LaunchKernel(grid, 256, device.unwrap())(approx_math_kernel, host::data_ptr<const float>(a),
+                                                 host::data_ptr<float>(out), n);
+}
+
 }  // namespace headers_test
 }  // namespace kernkit

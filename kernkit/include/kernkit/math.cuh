@@ -5,6 +5,12 @@
 /// are exact. `sqrt`, `rsqrt`, `exp`, `sin`, `cos` are defined for fp32_t; `sqrt` is correctly
 /// rounded, `rsqrt` and `exp` are the fast approximate forms on the GPU and `sin`/`cos` are
 /// accurate to 2 ulp (see `DTypeTrait<fp32_t>`), so compare those four with a tolerance.
+///
+/// `ex2_approx`, `rcp_approx` and `tanh_approx` are the hardware's approximate instructions on
+/// the GPU and a stated CPU evaluation on the emulator: the two differ within the instruction's
+/// documented error, so a kernel that uses them states a bound on its results and is tested
+/// against it, not bit for bit (docs/emulator.md, "Bit-exactness"). Everything else here
+/// (`abs_bits` to `tanh_ieee`) gives the same bits on both.
 #pragma once
 
 #include <kernkit/type.cuh>
@@ -88,6 +94,70 @@ KERNKIT_DEVICE T sin(const T& x) {
 template <typename T>
 KERNKIT_DEVICE T cos(const T& x) {
   return DTypeTrait<T>::cos(x);
+}
+
+// ----- ex2_approx, rcp_approx, tanh_approx (fp32, the hardware's approximations)
+//
+// One MUFU instruction each on the GPU. Under the emulator each is a fixed CPU evaluation (the
+// float64 value rounded once to fp32, with the same flushing of subnormals), so emulator results
+// are reproducible, but they are not the GPU's bits: a kernel that uses these states a bound
+// that covers both (the GPU's error as PTX documents it) and is tested within it.
+
+/// \brief `x`, or a zero of its sign where `x` is subnormal (what `.ftz` does to the inputs
+/// and results of an instruction).
+KERNKIT_DEVICE float flush_subnormal(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0 ? __uint_as_float(__float_as_uint(x) & 0x80000000u) : x;
+}
+
+/// \brief `2^x`, approximate. GPU: PTX `ex2.approx.ftz.f32` (one `MUFU.EX2`): at most 2 ulp
+/// from the correctly rounded result over the whole range (PTX ISA), so within 2.5 ulp
+/// (relative error below 2^-21.6) of `2^x`. Emulator: `exp2` in double rounded once to
+/// fp32 (within 0.5 ulp). Both flush subnormal inputs (`2^x = 1` there) and results (0 below
+/// `x = -126`) to zero; `2^-inf = 0`, `2^inf = inf`, NaN gives NaN.
+/// \param x The exponent.
+/// \return `2^x`.
+KERNKIT_DEVICE float ex2_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return flush_subnormal(static_cast<float>(::exp2(static_cast<double>(flush_subnormal(x)))));
+#endif
+}
+
+/// \brief `1 / x`, approximate. GPU: PTX `rcp.approx.ftz.f32` (one `MUFU.RCP`): at most 1 ulp
+/// from `1 / x` over the whole range (PTX ISA; relative error below 2^-23). Emulator: the IEEE
+/// division `1.0f / x` (correctly rounded). Both flush subnormal inputs (`1 / x` is then
+/// `+-inf`) and results (`|x| > 2^126` gives `+-0`) to zero; `1 / +-0 = +-inf`,
+/// `1 / +-inf = +-0`, NaN gives NaN.
+/// \param x The value.
+/// \return `1 / x`.
+KERNKIT_DEVICE float rcp_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return flush_subnormal(1.0f / flush_subnormal(x));
+#endif
+}
+
+/// \brief `tanh(x)`, approximate. GPU: PTX `tanh.approx.f32` (one `MUFU.TANH`, sm_75 and
+/// newer): relative error at most 2^-11 over the whole range (PTX ISA), subnormal inputs passed
+/// through. Emulator: `tanh` in double rounded once to fp32. Odd; `tanh(+-inf) = +-1`, NaN
+/// gives NaN. Too coarse for `1 + tanh(x)` at negative `x` (the relative error of the sum grows
+/// as `e^(2|x|)`), where the sigmoid form `2 / (1 + 2^(-2x log2 e))` keeps it.
+/// \param x The value.
+/// \return `tanh(x)`.
+KERNKIT_DEVICE float tanh_approx(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return static_cast<float>(::tanh(static_cast<double>(x)));
+#endif
 }
 
 // ----- exp_ieee, erf_ieee, erfc_ieee, tanh_ieee (fp32, the same bits on the GPU and the emulator)

@@ -21,7 +21,7 @@ from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 ACTS = ["silu", "gelu", "gelu_tanh"]
-BUILDS = [(fp32, a) for a in ACTS] + [(bf16, a) for a in ACTS] + [(fp16, "silu")]
+BUILDS = [(dtype, a) for dtype in (fp32, bf16, fp16) for a in ACTS]
 
 
 def run(x: torch.Tensor, activation: str, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -51,6 +51,29 @@ def assert_within_bound(got: torch.Tensor, x: torch.Tensor, activation: str) -> 
         f"at ref {ref[~special][worst].item()!r}")
 
 
+def one_ulp_away(got: torch.Tensor, x: torch.Tensor, activation: str, index: int) -> torch.Tensor:
+    """``got`` with element ``index`` (of the flattened tensor; a finite, normal result) moved
+    one ulp further from the float64 result: at least one ulp off."""
+    ref = reference.act_and_mul(x, activation).reshape(-1)[index]
+    bad = got.clone().reshape(-1)
+    step = 1 if (bad[index].double() >= ref) == (bad[index] >= 0) else -1  # away from ref in magnitude
+    bad.view(torch.int16 if got.element_size() == 2 else torch.int32)[index] += step
+    return bad.view(got.shape)
+
+
+@pytest.mark.parametrize("build", [(bf16, "silu"), (fp16, "gelu"), (bf16, "gelu_tanh")], ids=build_id)
+def test_a_result_one_ulp_off_fails_the_bound(build):
+    """The bound check is tight enough to see one ulp: each of a few results moved one ulp
+    further from the float64 value fails it, while the op's own result passes."""
+    dtype, act = build
+    x = randn_x(4, 64, dtype, seed=11)
+    got = run(x, act)
+    assert_within_bound(got, x, act)
+    for index in (0, 77, 255):
+        with pytest.raises(AssertionError, match=f"{act} {dtype}: error"):
+            assert_within_bound(one_ulp_away(got, x, act, index), x, act)
+
+
 def randn_x(rows: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(rows, 2 * d, generator=g) * 3).to(dtype)
@@ -66,11 +89,12 @@ def test_random_rows_within_tolerance(build, rows, d):
 
 @pytest.mark.parametrize("build", [b for b in BUILDS if b[0] != fp32], ids=build_id)
 def test_every_half_precision_gate_value(build):
-    """All 65536 bit patterns as the gate (NaNs and infinities too), with up values on both
-    sides of the fast path's bounds (2^-60 and 2^60; fp16 stays inside them)."""
+    """All 65536 bit patterns as the gate (NaNs and infinities too; bf16 gates below the
+    approximations' range take the general functions, with the other gates of their vector),
+    with tiny and huge up values as well (bf16 up to 3e38; fp16 the largest and a subnormal)."""
     dtype, act = build
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256)
-    edges = (2.0**59, -(2.0**61), 2.0**-59, 2.0**-62) if dtype == bf16 else (6.0e4, -1e-7)
+    edges = (2.0**59, -(2.0**61), 2.0**-59, 2.0**-62, 3e38) if dtype == bf16 else (6.0e4, -65504.0, -1e-7)
     for up in (1.0, -3.5, *edges):
         x = torch.cat([gate, torch.full_like(gate, up)], dim=-1)
         assert_within_bound(run(x, act), x, act)
@@ -226,17 +250,29 @@ def _hash_tool():
     return sys.modules[name]
 
 
-def test_hash_cases_check_the_tolerance_before_hashing(monkeypatch):
-    """tools/kernel_hashes.py hashes an activation's output only within the documented
-    tolerance of the float64 formula: a result 1% off fails loudly, naming the case."""
+def test_hash_cases_check_the_bound(monkeypatch):
+    """tools/kernel_hashes.py records a bf16 activation case as a bound case (no hash: the
+    bound, and the error measured) only within the documented bound of the float64 formula: a
+    result 1% off, or one element one ulp off, fails loudly, naming the case. An fp32 case is
+    exact: hashed after the same check."""
     kh = _hash_tool()
     case = next(c for c in kh.cases() if c.name == "silu_and_mul/silu-bf16-d1000-r7")
-    assert set(kh.run_case(case, torch.device("cpu"))) == {"out"}
+    rec = kh.run_case(case, torch.device("cpu"))["out"]
+    assert rec["exact"] is False and "sha256" not in rec and rec["bound_ulps"] == 0.51
+    assert 0.25 < rec["max_ulps"] <= 0.51, rec
+    fp32 = kh.run_case(next(c for c in kh.cases() if c.name == "silu_and_mul/silu-fp32-d8-r1"), torch.device("cpu"))
+    assert fp32["out"]["exact"] is True and len(fp32["out"]["sha256"]) == 64
     real = kh.ops.silu_and_mul
 
     def one_percent_off(x, out=None):
         return real(x, out=out).mul_(1.01)
 
-    monkeypatch.setattr(kh.ops, "silu_and_mul", one_percent_off)
-    with pytest.raises(kh.ReferenceMismatch, match="silu_and_mul/silu-bf16-d1000-r7: 'out' is not within"):
-        kh.run_case(case, torch.device("cpu"))
+    def one_ulp_off(x, out=None):
+        got = real(x, out=out)
+        got.copy_(one_ulp_away(got, x, "silu", 1234))
+        return got
+
+    for wrong in (one_percent_off, one_ulp_off):
+        monkeypatch.setattr(kh.ops, "silu_and_mul", wrong)
+        with pytest.raises(kh.ReferenceMismatch, match="silu_and_mul/silu-bf16-d1000-r7: 'out' is not within"):
+            kh.run_case(case, torch.device("cpu"))

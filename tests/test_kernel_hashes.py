@@ -1,6 +1,8 @@
 """GPU agreement: the CPU emulator reproduces ``tests/data/kernel_hashes.json``, the hashes of
 every shipped kernel's outputs on the fixed cases of ``tools/kernel_hashes.py`` (written on the
-GPU with ``python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json``)."""
+GPU with ``python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json``).
+Bound cases (the activations in fp16/bf16, built on the hardware's approximate exp2 and
+reciprocal) are checked within their stated bound on both sides instead of by their bytes."""
 
 from __future__ import annotations
 
@@ -57,8 +59,13 @@ def computed(kh):
     return kh.compute("cpu")
 
 
+#: The ops allowed bound cases (docs/emulator.md, "The exactness rule"), and their dtypes.
+BOUND_OPS = ("silu_and_mul/", "gelu_and_mul/")
+BOUND_DTYPES = ("bfloat16", "float16")
+
+
 def test_hash_file_is_well_formed(expected):
-    assert expected["format"] == 1
+    assert expected["format"] == 2
     assert expected["source"] in ("gpu", "cpu-emulator")
     for field in ("device", "torch", "date"):
         assert expected[field], field
@@ -66,8 +73,24 @@ def test_hash_file_is_well_formed(expected):
     for name, outs in expected["cases"].items():
         assert outs, name
         for key, out in outs.items():
-            assert re.fullmatch(r"[0-9a-f]{64}", out["sha256"]), (name, key)
             assert isinstance(out["shape"], list) and out["dtype"], (name, key)
+            if out["exact"] is True:
+                assert re.fullmatch(r"[0-9a-f]{64}", out["sha256"]), (name, key)
+            else:
+                assert out["exact"] is False and "sha256" not in out, (name, key)
+                assert 0 < out["bound_ulps"] < 1, (name, key)
+                assert 0 <= out["max_ulps"] <= out["bound_ulps"], f"{name}: the writing device exceeded the bound"
+
+
+def test_only_approximate_ops_have_bound_cases(expected, computed):
+    """Every case is exact except the activations' fp16/bf16 ones, in the file and as computed
+    (a bound case elsewhere would let an op drift from the GPU's bits unnoticed)."""
+    for cases in (expected["cases"], computed):
+        for name, outs in cases.items():
+            for key, out in outs.items():
+                bound = name.startswith(BOUND_OPS) and out["dtype"] in BOUND_DTYPES
+                assert out["exact"] is not bound, (name, key, out)
+    assert any(not o["exact"] for outs in computed.values() for o in outs.values()), "no bound case ran"
 
 
 def test_every_shipped_kernel_has_cases(kh):
@@ -100,6 +123,20 @@ def test_a_differing_hash_is_reported_with_its_case(kh, expected, computed):
     assert len(problems) == 2, problems
     assert any(p.startswith(f"{store}: output 'k_cache' differs (sha256)") for p in problems), problems
     assert any(p.startswith(f"{scale}: computed but not in the file") for p in problems), problems
+
+
+def test_a_changed_bound_or_kind_is_reported(kh, expected, computed):
+    """A bound case whose bound differs from the file's (the docstring's bound changed since the
+    GPU checked it), or that the file holds as exact, is a difference; its max_ulps is not."""
+    names = [n for n in computed if n.startswith(BOUND_OPS) and not computed[n]["out"]["exact"]][:3]
+    changed = copy.deepcopy(computed)
+    changed[names[0]]["out"]["bound_ulps"] = 0.75
+    changed[names[1]]["out"] = {**changed[names[1]]["out"], "exact": True, "sha256": "0" * 64}
+    changed[names[2]]["out"]["max_ulps"] = 0.0
+    problems = kh.compare({"cases": changed}, computed)
+    assert len(problems) == 2, problems
+    assert any(p.startswith(f"{names[0]}: output 'out' differs (bound_ulps)") for p in problems), problems
+    assert any(p.startswith(f"{names[1]}: output 'out' differs (exact") for p in problems), problems
 
 
 def _case(kh, name):

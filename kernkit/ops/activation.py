@@ -81,11 +81,25 @@ def silu_and_mul(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torc
     """``silu(x[..., :d]) * x[..., d:]`` with ``silu(v) = v / (1 + exp(-v))``, computed in fp32
     and rounded once to ``x.dtype``.
 
-    Built only from IEEE-rounded operations (``kernkit/kernels/activation/act_and_mul.cuh``), so
-    a GPU and the CPU emulator give the same bits. Accuracy against a float64 evaluation of the
-    same formula on the same inputs: fp32 results within 4 ulps (subnormal results: within 4 units
-    of 2**-149; measured: 3.6 ulps); fp16 and bf16 results within one rounding of the dtype (at
-    most one ulp of the dtype from the float64 value). ``silu(-inf) * up`` is NaN, as in torch.
+    Accuracy against a float64 evaluation of the same formula on the same inputs
+    (``kernkit/kernels/activation/act_and_mul.cuh``), in ulps of the result's dtype (subnormal
+    results: in units of the dtype's smallest subnormal):
+
+    - bf16: within 0.51 ulp; fp16: within 0.51 ulp. On the GPU ``exp`` and the reciprocal are
+      the hardware's approximations (``ex2.approx``, ``rcp.approx``: relative errors below
+      2**-21.6 and 2**-23), so results differ from the CPU emulator's in the last bit at times,
+      each within the bound. Derivation: the result is rounded once from an fp32 value of
+      relative error ``r``, so it is within ``0.5 + 2**p r`` ulp (``p`` = 8 for bf16, 11 for
+      fp16). ``r`` is dominated by the rounding of ``t = -v log2(e)``: ``1.22 |v| 2**-24`` for
+      ``v < 0``, plus 2**-20.6 for the approximations and the fp32 roundings; ``|v| <= 86``
+      (bf16, below that the IEEE path of fp32 takes over, within 4 fp32 ulps) and ``|v| <= 36``
+      (fp16: below, the result is under half fp16's smallest subnormal) give ``0.502`` and
+      ``0.507`` ulp.
+    - fp32: within 4 ulps (measured: 3.6), and the same bits on a GPU and the emulator: built
+      only from IEEE-rounded operations (the approximations cannot reach a useful fp32 bound:
+      ``ex2.approx`` alone is 2.5 fp32 ulps and the argument's rounding adds ``|v| / 2``).
+
+    ``silu(-inf) * up`` is NaN, as in torch.
 
     Parameters
     ----------
@@ -124,15 +138,33 @@ def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, out: Optional[to
     """``gelu(x[..., :d]) * x[..., d:]``, computed in fp32 and rounded once to ``x.dtype``.
 
     ``approximate="none"``: ``gelu(v) = 0.5 v (1 + erf(v / sqrt 2))``; ``"tanh"``: ``0.5 v (1 +
-    tanh(sqrt(2 / pi) (v + 0.044715 v**3)))`` (as ``torch.nn.functional.gelu``). Built only from
-    IEEE-rounded operations (``kernkit/kernels/activation/act_and_mul.cuh``), so a GPU and the CPU
-    emulator give the same bits. Accuracy against a float64 evaluation of the same formula on the
-    same inputs: fp32 results within ``8 ulp + 2**-22 * (1 + v**2) * |result|``
-    where ``v`` is the gate value (the second term is the rounding of the activation's argument,
-    which the steep tail of erf / tanh amplifies where the result is tiny; subnormal results:
-    ulps of 2**-149; measured: at most 19 ulps for ``|v| <= 4`` and ``2 (1 + v**2)`` ulps
-    beyond); fp16 and bf16 results within one rounding of the dtype. ``gelu(-inf) * up`` is NaN,
-    as in torch.
+    tanh(sqrt(2 / pi) (v + 0.044715 v**3)))`` (as ``torch.nn.functional.gelu``).
+
+    Accuracy against a float64 evaluation of the same formula on the same inputs
+    (``kernkit/kernels/activation/act_and_mul.cuh``), in ulps of the result's dtype (subnormal
+    results: in units of the dtype's smallest subnormal):
+
+    - bf16: within 0.51 ulp (both forms); fp16: within 0.53 ulp (``"none"``) and 0.52 ulp
+      (``"tanh"``). On the GPU the exponential and the reciprocal are the hardware's
+      approximations (``ex2.approx``, ``rcp.approx``), so results differ from the CPU
+      emulator's in the last bit at times, each within the bound. Derivation as for
+      ``silu_and_mul`` (``0.5 + 2**p r`` ulp, ``r`` the relative error before the final
+      rounding). ``"tanh"`` is ``v / (1 + 2**t) * up`` with ``t`` the rounded
+      ``-2 sqrt(2 / pi) log2(e) (v + 0.044715 v**3)``: ``r <= 3.5 |y| 2**-24 + 2**-20.6``
+      (``y = t ln 2``, ``|y| <= 85`` for bf16, ``<= 30`` where an fp16 result is not below half
+      its smallest subnormal): 0.505 and 0.514 ulp. ``"none"`` is ``v m * up`` (``v < 0``) or
+      ``v (1 - m) * up`` with ``m = erfc(|v| / sqrt 2) / 2 = s 2**(P(s) - v**2 log2(e) / 2)``,
+      ``s = 1 / (1 + |v| / (2 sqrt 2))`` and ``P`` a fitted polynomial (relative error of ``m``
+      below 8e-6): ``r <= 8e-6 + (v**2 + 2) 2**-24 + 2**-20.6`` (``v**2`` and the exponent
+      rounded) with ``|v| <= 13`` (bf16; below, the IEEE path of fp32) and ``|v| <= 6.5``
+      (where fp16 results are normal): 0.505 and 0.523 ulp.
+    - fp32: within ``8 ulp + 2**-22 * (1 + v**2) * |result|`` where ``v`` is the gate value (the
+      second term is the rounding of the activation's argument, which the steep tail of erf /
+      tanh amplifies where the result is tiny; measured: at most 19 ulps for ``|v| <= 4`` and
+      ``2 (1 + v**2)`` ulps beyond), and the same bits on a GPU and the emulator: built only
+      from IEEE-rounded operations.
+
+    ``gelu(-inf) * up`` is NaN, as in torch.
 
     Parameters
     ----------

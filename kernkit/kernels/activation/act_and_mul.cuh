@@ -2,13 +2,20 @@
 /// \brief `act_and_mul<T, kAct, kUsePDL>`: out = act(x[..., :d]) * x[..., d:] for SiLU, exact
 /// (erf) GELU and tanh-GELU, for fp16, bf16 and fp32, computed in fp32 and rounded once.
 ///
-/// The activations are built from IEEE-rounded operations only (math.cuh's `exp_ieee_split`,
-/// `erf_ieee`, `erfc_ieee_split` and the fast paths below), never expf/erff/tanhf, so the GPU
-/// and the CPU emulator return the same bits. A branch-free fast path covers the gate and up
-/// values of real activations; the general functions take the rest (tiny, huge, non-finite).
+/// fp16 and bf16: the activations use the hardware's approximate `2^x` and `1 / x`
+/// (math.cuh's `ex2_approx`, `rcp_approx`), a few instructions a value; the error stays within
+/// the bound each op's docstring states in ulps of the dtype, on the GPU and the emulator alike,
+/// but their bits differ. bf16 gates whose activation is too small for `ex2_approx`'s range
+/// (silu below -86, gelu below -13, tanh-GELU below -9.9, and -inf) take the IEEE-built general
+/// functions below instead, one test for a whole vector.
+///
+/// fp32: built from IEEE-rounded operations only (math.cuh's `exp_ieee_split`, `erf_ieee`,
+/// `erfc_ieee_split` and the fast paths below), never expf/erff/tanhf, so the GPU and the CPU
+/// emulator return the same bits. A branch-free fast path covers the gate and up values of real
+/// activations; the general functions take the rest (tiny, huge, non-finite).
 #pragma once
 
-#include <kernkit/math.cuh>  // exp_ieee_split, exp_neg_square_split, horner, ldexp_ieee, erf_ieee, erfc_ieee_split
+#include <kernkit/math.cuh>  // ex2_approx, rcp_approx, exp_ieee_split, exp_neg_square_split, horner, erf_ieee, ...
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
 #include <kernkit/tensor.h>  // check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
@@ -124,15 +131,12 @@ KERNKIT_DEVICE float gelu_tanh_mul(float v, float up) {
   return mul_sigmoid(v, gelu_tanh_arg(v), up);
 }
 
-// ----- The fast paths: branch-free, for the gate and up values of real activations.
+// ----- fp32: the fast paths, branch-free, for the gate and up values of real activations.
 //
-// Each holds where `fast_ok` says so: there no intermediate is subnormal or overflows (for
-// 16-bit types: none where it could matter), so the power of two of the exponential can be
-// applied by one multiplication, and each result is within the op's stated accuracy. Everything
-// else (tiny or huge values, infinities, NaN) takes the general functions above. With `kHalf`
-// (inputs and results of a 16-bit type) they use shorter polynomials and Newton reciprocals:
-// relative error below 2^-13 before the final rounding, which keeps the result within one
-// rounding of the dtype.
+// Each holds where `fast_ok` says so: there no intermediate is subnormal or overflows, so the
+// power of two of the exponential can be applied by one multiplication, and each result is
+// within the op's stated accuracy. Everything else (tiny or huge values, infinities, NaN) takes
+// the general functions above.
 
 /// \brief Whether `|x|` is 0 or in [2^-60, `hi`], `hi` given by its bits.
 KERNKIT_DEVICE bool in_fast_range(float x, uint32_t hi_bits) {
@@ -145,73 +149,38 @@ constexpr uint32_t kBits87 = 0x42ae0000u;  ///< 87.0f: `e^-87` and its power of 
 constexpr uint32_t kBits13 = 0x41500000u;  ///< 13.0f: `e^-(13 / sqrt 2)^2` and its power of two stay normal.
 constexpr uint32_t kBits2p60 = 0x5d800000u;  ///< 2^60.
 
-/// \brief `1 / d` for `d` in [1, 2]: a quadratic seed (relative error 0.0102) and one Newton
-/// step, relative error below 1.1e-4.
-KERNKIT_DEVICE float recip_1_2(float d) {
-  const float r = math::horner(d, {0.323215038f, -1.45446897f, 2.12113643f});
-  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-}
-
-/// \brief `1 / d` for a positive normal `d`: a seed from the bits of `d` (relative error 0.051)
-/// and two Newton steps, relative error below 6.6e-6 (measured over [1, 8] and the powers of two).
-KERNKIT_DEVICE float recip_bits(float d) {
-  float r = __int_as_float(0x7ef311c3 - __float_as_int(d));
-  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-}
-
-/// \brief Whether the fast paths hold for gate `v` (`|v| <= hi`, by bits) and `up`. For 16-bit
-/// inputs and results (`kHalf`) tiny values need no bound: a subnormal intermediate keeps
-/// relative error 2^-15 at the smallest 16-bit values, far below the result's rounding.
-template <bool kHalf>
+/// \brief Whether the fp32 fast paths hold for gate `v` (`|v| <= hi`, by bits) and `up`.
 KERNKIT_DEVICE bool fast_ok(float v, uint32_t hi_bits, float up) {
-  if constexpr (kHalf) {
-    return (math::abs_bits(v) <= hi_bits) & (math::abs_bits(up) <= kBits2p60);
-  } else {
-    return in_fast_range(up, kBits2p60) && in_fast_range(v, hi_bits);
-  }
+  return in_fast_range(up, kBits2p60) && in_fast_range(v, hi_bits);
 }
 
 /// \brief `v * sigmoid(y) * up` for `|y| <= 87` where `fast_ok` holds: `e^-|y| = p 2^k`, then
 /// `v / (1 + e^-|y|) * up` for `y >= 0` and `(v p) / (1 + e^-|y|) * up * 2^k` below.
-/// \tparam kHalf Whether inputs and result are of a 16-bit type.
-template <bool kHalf>
 KERNKIT_DEVICE float mul_sigmoid_fast(float v, float y, float up) {
   int32_t k;
-  const float p = math::exp_ieee_split<kHalf ? 5 : 7>(-math::abs_ieee(y), k);
+  const float p = math::exp_ieee_split(-math::abs_ieee(y), k);
   const float pk = math::pow2i(k);  // k in [-126, 0]
   const float d = __fadd_rn(1.0f, __fmul_rn(p, pk));
   const bool neg = y < 0.0f;
   const float w = neg ? __fmul_rn(v, p) : v;
-  const float q = kHalf ? __fmul_rn(w, recip_1_2(d)) : __fdiv_rn(w, d);
-  return __fmul_rn(__fmul_rn(q, up), neg ? pk : 1.0f);
+  return __fmul_rn(__fmul_rn(__fdiv_rn(w, d), up), neg ? pk : 1.0f);
 }
 
 /// \brief Exact GELU times `up` for `|v| <= 13` where `fast_ok` holds, through one
 /// formula for `erfc(a)`, `a = |v| / sqrt 2`: `e^(-a^2) t Q(t)` with `t = 1 / (1 + a / 2)` and
-/// `Q` a polynomial in `t - 0.6` (degree 9, or 6 for kHalf; fitted for kernkit: relative error
-/// of `t Q(t)` against `erfc(a) e^(a^2)` within 5 ulp, or 2^-19, for `a` in [0, 9.3]).
-/// Then `0.5 v (2 - erfc(a)) * up` for `v >= 0` and `0.5 v erfc(a) * up` below, the power of
-/// two of `e^(-a^2)` applied last.
-/// \tparam kHalf Whether inputs and result are of a 16-bit type.
-template <bool kHalf>
+/// `Q` a polynomial in `t - 0.6` (degree 9, fitted for kernkit: relative error of `t Q(t)`
+/// against `erfc(a) e^(a^2)` within 5 ulp for `a` in [0, 9.3]). Then `0.5 v (2 - erfc(a)) * up`
+/// for `v >= 0` and `0.5 v erfc(a) * up` below, the power of two of `e^(-a^2)` applied last.
 KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   constexpr float kSqrtHalf = 0.707106769f;  // 1 / sqrt 2
   const float a = __fmul_rn(math::abs_ieee(v), kSqrtHalf);
-  const float den = __fmaf_rn(a, 0.5f, 1.0f);  // in [1, 5.6]
-  const float t = kHalf ? recip_bits(den) : __fdiv_rn(1.0f, den);
-  const float u = __fsub_rn(t, 0.6f);
-  float q;
-  if constexpr (kHalf) {
-    q = math::horner(u, {8.950208873e-02f, -3.911094740e-02f, -2.049879879e-01f, 6.879672408e-02f,
-                         5.913634896e-01f, 8.025855422e-01f, 5.852251053e-01f});
-  } else {
-    q = math::horner(u, {1.450784970e-02f, -5.678595603e-02f, -4.298207816e-03f, 1.119086295e-01f,
-                         -3.830994666e-02f, -2.077258825e-01f, 6.870673597e-02f, 5.914689898e-01f,
-                         8.025884628e-01f, 5.852245092e-01f});
-  }
+  const float t = __fdiv_rn(1.0f, __fmaf_rn(a, 0.5f, 1.0f));
+  const float q = math::horner(__fsub_rn(t, 0.6f),
+                               {1.450784970e-02f, -5.678595603e-02f, -4.298207816e-03f, 1.119086295e-01f,
+                                -3.830994666e-02f, -2.077258825e-01f, 6.870673597e-02f, 5.914689898e-01f,
+                                8.025884628e-01f, 5.852245092e-01f});
   int32_t k;
-  const float e = math::exp_neg_square_split<kHalf ? 5 : 7>(a, k);  // k in [-122, 0]
+  const float e = math::exp_neg_square_split(a, k);  // k in [-122, 0]
   const float m = __fmul_rn(__fmul_rn(e, __fmul_rn(t, q)), 0.5f);  // erfc(a) / 2 = m 2^k
   const float pk = math::pow2i(k);
   const bool neg = v < 0.0f;
@@ -219,28 +188,146 @@ KERNKIT_DEVICE float gelu_mul_fast(float v, float up) {
   return __fmul_rn(__fmul_rn(__fmul_rn(v, h), up), neg ? pk : 1.0f);
 }
 
-/// \brief The activation `kAct` of `v`, times `up`: the fast path where it holds, else the
-/// general function.
+/// \brief fp32: the activation `kAct` of `v`, times `up`: the fast path where it holds, else
+/// the general function. The same bits on the GPU and the emulator.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
-/// \tparam kHalf Whether inputs and result are of a 16-bit type.
 /// \param v The gate value.
 /// \param up The up value.
 /// \return `act(v) * up`.
-template <int32_t kAct, bool kHalf>
+template <int32_t kAct>
 KERNKIT_DEVICE float act_mul(float v, float up) {
   if constexpr (kAct == kActSilu) {
-    if (fast_ok<kHalf>(v, kBits87, up)) return mul_sigmoid_fast<kHalf>(v, v, up);
+    if (fast_ok(v, kBits87, up)) return mul_sigmoid_fast(v, v, up);
     return silu_mul(v, up);
   } else if constexpr (kAct == kActGelu) {
-    if (fast_ok<kHalf>(v, kBits13, up)) return gelu_mul_fast<kHalf>(v, up);
+    if (fast_ok(v, kBits13, up)) return gelu_mul_fast(v, up);
     return gelu_mul(v, up);
   } else {
     const float y = gelu_tanh_arg(v);
-    if (fast_ok<kHalf>(v, kBits87, up) & (math::abs_bits(y) <= kBits87)) {
-      return mul_sigmoid_fast<kHalf>(v, y, up);
-    }
+    if (fast_ok(v, kBits87, up) & (math::abs_bits(y) <= kBits87)) return mul_sigmoid_fast(v, y, up);
     return gelu_tanh_mul(v, up);
   }
+}
+
+// ----- fp16 and bf16: the hardware's approximate 2^x and 1 / x.
+//
+// Relative error before the final rounding (GPU: ex2_approx within 2^-21.6, rcp_approx within
+// 2^-23; the emulator's are smaller) is dominated by the rounding of the exponential's argument
+// `t`, an absolute error of `1.22 |t| 2^-24` at most in `2^t`'s exponent; the ops' docstrings
+// derive their bounds from it. `ex2_approx` flushes results below 2^-126, so each formula holds while
+// its exponential stays above that: for every fp16 input (a result is below fp16's smallest
+// subnormal wherever it does not), for bf16 gates down to `kApproxMin` (below, and at -inf,
+// `act_mul_approx_or_general` takes the general functions).
+
+constexpr float kLog2e = 1.442695022f;
+
+/// \brief `v / (1 + 2^t) * up`: `v sigmoid(-t ln 2) up`. `1 + 2^t` is 1 to 2^124 for bf16 gates
+/// from `kApproxMin`, so its reciprocal is normal; lower fp16 gates make it huge or infinite and
+/// the result a zero (as fp16 rounds the true one); a gate of -inf gives `-inf * 0`, NaN.
+KERNKIT_DEVICE float mul_sigmoid_approx(float v, float t, float up) {
+  return __fmul_rn(__fmul_rn(v, math::rcp_approx(__fadd_rn(1.0f, math::ex2_approx(t)))), up);
+}
+
+/// \brief The smallest bf16 gate for which `act_mul_approx<kAct>` holds: silu's `2^t` is
+/// `e^86` there, tanh-GELU's `e^85`; GELU's `erfc(13 / sqrt 2) / 2` is `t 2^-124.4`.
+template <int32_t kAct>
+constexpr float kApproxMin = kAct == kActSilu ? -86.0f : (kAct == kActGelu ? -13.0f : -9.9f);
+
+/// \brief fp16/bf16: the activation `kAct` of `v`, times `up`, from `ex2_approx` and
+/// `rcp_approx`, branch-free. SiLU: `v / (1 + 2^(-v log2 e)) * up`. tanh-GELU: the same with
+/// `t = -2 sqrt(2 / pi) log2 e (v + 0.044715 v^3)` (`0.5 (1 + tanh(u)) = sigmoid(2 u)`, no
+/// cancellation for negative `v`). GELU: `m = erfc(|v| / sqrt 2) / 2 = s 2^(P(s) - v^2 log2(e) / 2)`
+/// with `s = 1 / (1 + |v| / (2 sqrt 2))` and `P` of degree 5 (fitted for kernkit: relative error
+/// of `m` below 8e-6 for `|v| <= 13` before the fp32 roundings), then `v m * up` for `v < 0` and
+/// `v (1 - m) * up` above. Holds for every fp16 input and for bf16 gates from `kApproxMin`.
+/// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
+/// \param v The gate value.
+/// \param up The up value.
+/// \return `act(v) * up`.
+template <int32_t kAct>
+KERNKIT_DEVICE float act_mul_approx(float v, float up) {
+  if constexpr (kAct == kActSilu) {
+    return mul_sigmoid_approx(v, __fmul_rn(v, -kLog2e), up);
+  } else if constexpr (kAct == kActGelu) {
+    constexpr float kHalfSqrtHalf = 0.3535533845f;  // 1 / (2 sqrt 2)
+    constexpr float kHalfLog2e = 0.7213475108f;  // log2(e) / 2
+    const float s = math::rcp_approx(__fmaf_rn(fabsf(v), kHalfSqrtHalf, 1.0f));
+    const float p = math::horner(s, {3.300811350e-01f, -1.023166299e+00f, 6.845726967e-01f, 3.670709729e-01f,
+                                     1.468686342e+00f, -2.827233791e+00f});
+    const float m = __fmul_rn(s, math::ex2_approx(__fmaf_rn(__fmul_rn(v, v), -kHalfLog2e, p)));
+    const float h = v < 0.0f ? m : __fsub_rn(1.0f, m);
+    return __fmul_rn(__fmul_rn(v, h), up);
+  } else {
+    constexpr float kC1 = -2.302208185f;  // -2 sqrt(2 / pi) log2 e
+    constexpr float kC3 = -0.1029432416f;  // -2 sqrt(2 / pi) log2 e * 0.044715
+    return mul_sigmoid_approx(v, __fmul_rn(v, __fmaf_rn(kC3, __fmul_rn(v, v), kC1)), up);
+  }
+}
+
+/// \brief bf16: `act_mul_approx` where it holds, else the general function of the same
+/// activation (for tiny activations and -inf; NaN holds either way).
+template <int32_t kAct>
+KERNKIT_DEVICE float act_mul_approx_or_general(float v, float up) {
+  if (!(v < kApproxMin<kAct>)) return act_mul_approx<kAct>(v, up);
+  if constexpr (kAct == kActSilu) {
+    return silu_mul(v, up);
+  } else if constexpr (kAct == kActGelu) {
+    return gelu_mul(v, up);
+  } else {
+    return gelu_tanh_mul(v, up);
+  }
+}
+
+/// \brief The elements of `v` in fp32 (exact). bf16 pairs are widened from their 32-bit word
+/// (`w << 16` and `w & 0xffff0000`: one instruction a value, where a cast of each element
+/// extracts it first).
+template <typename T, int N>
+KERNKIT_DEVICE void widen(const AlignedVector<T, N>& v, float (&f)[N]) {
+  if constexpr (std::is_same_v<T, bf16_t> && N % 2 == 0) {
+    KERNKIT_UNROLL
+    for (int j = 0; j < N / 2; ++j) {
+      const uint32_t w = reinterpret_cast<const uint32_t*>(v.data)[j];  // the vector is 16-byte aligned
+      f[2 * j] = __uint_as_float(w << 16);
+      f[2 * j + 1] = __uint_as_float(w & 0xffff0000u);
+    }
+  } else {
+    KERNKIT_UNROLL
+    for (int k = 0; k < N; ++k) f[k] = device::cast<fp32_t>(v[k]);
+  }
+}
+
+/// \brief `dst[i] = act(gate[i]) * up[i]` for the `i`-th vectors, in fp32, each value rounded
+/// once to `T`. fp32: `act_mul`; fp16: `act_mul_approx`; bf16: `act_mul_approx` unless a gate
+/// of the vector lies below `kApproxMin` (one test for the vector), then
+/// `act_mul_approx_or_general` for each value.
+/// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
+/// \tparam N Elements per vector.
+template <int32_t kAct, int N, typename T>
+KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
+  AlignedVector<T, N> g, u, o;
+  g.load(gate, i);
+  u.load(up, i);
+  if constexpr (std::is_same_v<T, fp32_t>) {
+    KERNKIT_UNROLL
+    for (int k = 0; k < N; ++k) o[k] = act_mul<kAct>(g[k], u[k]);
+  } else {
+    float gf[N], uf[N];
+    widen(g, gf);
+    widen(u, uf);
+    bool general = false;
+    if constexpr (std::is_same_v<T, bf16_t>) {
+      KERNKIT_UNROLL
+      for (int k = 0; k < N; ++k) general |= gf[k] < kApproxMin<kAct>;
+    }
+    if (!general) {
+      KERNKIT_UNROLL
+      for (int k = 0; k < N; ++k) o[k] = device::cast<T>(act_mul_approx<kAct>(gf[k], uf[k]));
+    } else {
+      KERNKIT_UNROLL
+      for (int k = 0; k < N; ++k) o[k] = device::cast<T>(act_mul_approx_or_general<kAct>(gf[k], uf[k]));
+    }
+  }
+  o.store(dst, i);
 }
 
 }  // namespace act
@@ -259,10 +346,13 @@ KERNKIT_DEVICE float act_mul(float v, float up) {
 /// \param x_row_stride Elements between the starts of consecutive rows of `x`.
 /// \param rows Number of rows.
 /// \param d Elements per output row (a multiple of `kVecN`).
+///
+/// Launch bounds: at most 256 threads a block (the launcher's most), 8 blocks an SM, so at most
+/// 32 registers and every warp slot of an SM holding loads in flight (the kernel is bound by
+/// memory; unbounded, the fp16/bf16 fast paths take 38-40 registers; bounded, none spills).
 template <typename T, int32_t kAct, int32_t kVecN, bool kUsePDL>
-__global__ void act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_row_stride, int64_t rows,
-                                   int64_t d) {
-  using vec_t = device::AlignedVector<T, kVecN>;
+__global__ void __launch_bounds__(256, 8)
+    act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_row_stride, int64_t rows, int64_t d) {
   const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;  // vector within the row
   const bool active = i < d / kVecN;
 
@@ -271,18 +361,7 @@ __global__ void act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x,
 
   for (int64_t row = blockIdx.x; active && row < rows; row += gridDim.x) {
     const T* const gate = x + row * x_row_stride;
-    vec_t g;
-    vec_t u;
-    g.load(gate, i);
-    u.load(gate + d, i);
-    vec_t o;
-    KERNKIT_UNROLL
-    for (int k = 0; k < kVecN; ++k) {
-      const float r =
-          device::act::act_mul<kAct, sizeof(T) == 2>(device::cast<fp32_t>(g[k]), device::cast<fp32_t>(u[k]));
-      o[k] = device::cast<T>(r);
-    }
-    o.store(out + row * d, i);
+    device::act::act_mul_vec<kAct, kVecN>(gate, gate + d, out + row * d, i);
   }
 
   // Lets the next kernel start its prologue; it sees these stores after its PDLWaitPrimary.

@@ -8,15 +8,16 @@ failure; `cache clear --kernel NAME` only those of one kernel. Locks and builds 
 left alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
 
 `cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
-builds made before. `cache export FILE [--manifest M]` writes every build, or those of a manifest
-(KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each build of
-such an archive after checking its library's hash, its kernkit and tvm-ffi versions, its
-architecture, that its directory is the one its recorded build request keys to, and that the
+builds made before. `cache export FILE [--manifest M]` writes every build, or those of a
+manifest (KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each
+build of such an archive after checking its library's hash, its kernkit and tvm-ffi versions,
+its architecture, that its directory is the one its recorded build request keys to, and that the
 headers it was built from are this installation's, byte for byte. A build that fails a check is
 refused, named, and nothing of it is published; one the cache holds already is counted as
 already present. An archive that is not one kernkit wrote (a bad index, a member that is not a
-file, a truncated file) is refused whole, before anything is written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
-the one `cache export` printed on the build box.
+file, a truncated file) is refused whole, before anything is written. An archive is code:
+`--expect-sha256 HEX` imports only the archive whose SHA-256 is the one `cache export` printed
+on the build box.
 """
 
 from __future__ import annotations

@@ -68,10 +68,11 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in fp32, rounded once
     to ``x.dtype``.
 
-    The sum of squares is accumulated in fp32 (each thread's elements in order, then a fixed
-    tree over the threads of a row), ``1 / sqrt`` is IEEE-rounded (no ``rsqrtf``), and the product is
-    ``(x * inv_rms) * weight``, as flashinfer's RMSNorm computes it. Against a float64 evaluation
-    of the formula on the same inputs, every element is within
+    The sum of squares is accumulated in fp32 in a fixed order (each thread's squares per vector
+    position, those sums by a fixed tree, then the row's threads by a butterfly and, for a row
+    of several warps, the warps' sums in order), ``1 / sqrt`` is IEEE-rounded (no ``rsqrtf``),
+    and the product is ``(x * inv_rms) * weight``, as flashinfer's RMSNorm computes it. Against a
+    float64 evaluation of the formula on the same inputs, every element is within
     ``(u + 128 * 2**-24) * |ref| + tiny`` where ``u`` is the unit roundoff of the dtype
     (``2**-8`` bfloat16, ``2**-11`` float16, ``2**-24`` float32) and ``tiny`` the dtype's smallest
     subnormal: the rounding of the result plus at most 128 fp32 ulps of the computation.

@@ -16,6 +16,7 @@ library paths and the loader. Header dependencies come from the compilers themse
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -25,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import tvm_ffi.libinfo
+
+from . import pch
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: kernkit's C++ headers (``#include <kernkit/...>``).
@@ -48,7 +51,10 @@ NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relax
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
 #: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
 EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
-             "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h")
+             "-DKERNKIT_EMU=1")
+#: What every emulator unit starts with (force-included): the emulator's runtime, then the
+#: third-party headers of ``pch.PRELUDE``, precompiled where ``pch.header`` has them.
+EMU_PRELUDE = "#include <kernkit/emu/runtime.h>\n"
 
 
 class ToolchainError(RuntimeError):
@@ -194,10 +200,23 @@ class Emu(Backend):
         return [find_cxx()]
 
     def command(self, spec, compilers: list[str]) -> list[str]:
-        return [compilers[0], *EMU_FLAGS, *includes(cuda=True), *spec.extra_cflags]
+        flags = [compilers[0], *EMU_FLAGS, *includes(cuda=True), *spec.extra_cflags]
+        # The emulator's headers are in the precompiled header: its key covers their content.
+        mine = [[str(f), hashlib.sha256(f.read_bytes()).hexdigest()] for f in own_headers()]
+        header = pch.header(EMU_PRELUDE + pch.PRELUDE, flags, [stamp(compilers[0]), mine])
+        return [*flags, "-include", str(header) if header else "kernkit/emu/runtime.h"]
 
     def link_flags(self, spec) -> list[str]:
         return ["-pthread"]
+
+    def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
+        # A unit compiled with the precompiled header reports none of the headers inside it.
+        return sorted({*super().build(spec, compilers, build_dir), *own_headers()})
+
+
+def own_headers() -> list[Path]:
+    """kernkit's C++ headers (``INCLUDE_DIR``), emulator's included."""
+    return sorted(f for f in INCLUDE_DIR.rglob("*") if f.suffix in (".h", ".cuh"))
 
 
 

@@ -8,7 +8,7 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
     v2/.locks/<key16>.holder              "pid <pid> on <host>" of the build holding it
     v2/.staging/...                       builds in progress (private to one process)
     v2/.failed/<name>-<key16>/            the last failed build of a key, for inspection
-    v2/pch/<key16>/                       the nvrtc backend's precompiled host headers
+    v2/pch/<key16>/                       precompiled host headers of the nvrtc and emu units
 
 ``key16`` hashes what a spec says: the generated units, every flag, the backend, the target
 architecture, and the kernkit and tvm-ffi versions. ``build12`` hashes what the build found: the

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import hashlib
 import importlib.util
-import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -31,6 +28,7 @@ import tvm_ffi.libinfo
 
 from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, find_cuda_home,
                        find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
+from . import pch
 from .split import split
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
@@ -162,43 +160,11 @@ def _host_flags(cxx: str, extra: tuple[str, ...]) -> list[str]:
     return flags
 
 
-#: The third-party headers of every host half (tvm-ffi's, CUDA's in host mode, the standard
-#: library's), precompiled once per compiler and flags: parsing them is about half of a host
-#: half's compile.
-PRELUDE = "".join(f"#include <{h}>\n" for h in (
-    "tvm/ffi/function.h", "tvm/ffi/container/array.h", "tvm/ffi/container/shape.h", "tvm/ffi/container/tensor.h",
-    "tvm/ffi/error.h", "tvm/ffi/extra/c_env_api.h", "tvm/ffi/optional.h", "cuda_runtime.h", "cuda_bf16.h",
-    "cuda_fp16.h", "cuda_fp8.h", "algorithm", "cstdint", "functional", "initializer_list", "mutex", "sstream",
-    "string", "tuple", "type_traits", "utility"))
-
-
 def prelude(flags: list[str]) -> Path | None:
-    """``PRELUDE`` as a header with its precompiled ``.gch`` beside it, under the cache root and
-    keyed by the compile flags and the identity of the compiler and of the headers' directories;
-    built here when missing, or None while another build makes it (parsing the headers costs less
-    than waiting: on a fresh cache, a parallel ``warmup`` would wait for the slowest part of one
-    build). GCC uses the ``.gch`` only where it was made with the same flags, and parses the header
-    otherwise: a stale or foreign ``.gch`` costs time, never correctness."""
-    from . import cache
-
-    stamps = [stamp(flags[0])] + [_dir_stamp(d) for d in flags if Path(d).is_dir()]
-    key = hashlib.sha256(json.dumps([PRELUDE, flags, stamps]).encode()).hexdigest()[:16]
-    header = cache.root() / "pch" / key / "prelude.h"
-    gch = header.with_name("prelude.h.gch")
-    if gch.is_file():
-        return header
-    with cache.locked(key, "the nvrtc backend's precompiled headers", wait=False) as mine:
-        if not mine:
-            return None
-        if not gch.is_file():
-            cache.ensure_dir(header.parent)
-            header.write_text(PRELUDE)
-            tmp = header.with_name(f".prelude.h.gch.{os.getpid()}")
-            if subprocess.run([*flags, "-x", "c++-header", str(header), "-o", str(tmp)], capture_output=True).returncode:
-                tmp.unlink(missing_ok=True)
-                return None  # the unit's own compile then reports what is wrong with these headers
-            os.replace(tmp, gch)  # atomic: a process that takes no lock sees no .gch or a whole one
-    return header
+    """``pch.PRELUDE`` as a header with its precompiled ``.gch`` beside it (``pch.header``), keyed by
+    the compile flags and the identity of the compiler and of the headers' directories; None
+    until a detached process has made it."""
+    return pch.header(pch.PRELUDE, flags, [stamp(flags[0])] + [_dir_stamp(d) for d in flags if Path(d).is_dir()])
 
 
 def _dir_stamp(d: str) -> list:

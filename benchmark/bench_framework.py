@@ -1,6 +1,13 @@
 """The framework's own speed: cold compile, warm load, import, host cost per call, warmup.
 
     python benchmark/bench_framework.py [--out DIR] [--tag NAME] [--repeats 3] [--loads 9] [--warmup-specs 16]
+    python benchmark/bench_framework.py --cold [--backends emu nvrtc nvcc] [--repeats 5] [--out DIR]
+
+``--cold`` prints only the compile timeline a user meets (issue 27's figures): per backend, the
+first call of a fresh install (empty cache, fresh process), a later new specialization in that
+cache once its precompiled header is made, and a warm load, for rmsnorm bf16 (hidden 3072, then
+other sizes); on a GPU machine through the op on CUDA tensors, without one through ``build_and_load``
+(emu: the op on CPU tensors).
 
 Every figure comes from fresh subprocesses with private cache directories; the worker functions
 (``w_*``) say what each measures. The specialization is store_cache for bf16 rows of 8 x 128
@@ -180,8 +187,35 @@ def w_warmup(cache: str, count: str, first: str = "1") -> dict:
             "failed": [e[:300] for s, e in results if s == "failed"]}
 
 
+def w_first(backend: str, where: str, hidden: str) -> dict:
+    """The first rmsnorm call of a process with ``where`` as its cache: ``import kernkit.ops``
+    (timed apart), then the call (``emu``: the op on CPU tensors; ``nvrtc``/``nvcc``: the op on
+    CUDA tensors with a GPU, else ``build_and_load`` of its spec)."""
+    os.environ["KERNKIT_CACHE_DIR"] = where
+    t0 = time.perf_counter()
+    import torch
+
+    import kernkit.ops
+    from kernkit.ops.norm import norm_spec
+
+    t1, c1 = time.perf_counter(), _child_cpu()
+    n = int(hidden)
+    if backend == "emu" or torch.cuda.is_available():
+        if backend != "emu":
+            os.environ["KERNKIT_BACKEND"] = backend
+        dev = "cpu" if backend == "emu" else "cuda"
+        x, w = torch.randn(4, n, dtype=torch.bfloat16, device=dev), torch.randn(n, dtype=torch.bfloat16, device=dev)
+        t1, c1 = time.perf_counter(), _child_cpu()
+        kernkit.ops.rmsnorm(x, w)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+    else:
+        norm_spec(torch.bfloat16, n, backend).build_and_load()
+    return {"import_s": t1 - t0, "seconds": time.perf_counter() - t1, "cpu": _child_cpu() - c1}
+
+
 WORKERS = {f.__name__[2:].replace("_", "-"): f for f in
-           (w_compile, w_load, w_import, w_host_cost, w_warmup)}
+           (w_compile, w_load, w_import, w_host_cost, w_warmup, w_first)}
 
 # The driver: one function per group of rows, each returning (what, measured) pairs.
 
@@ -280,6 +314,61 @@ def warmup_rows(tmp: Path, count: int) -> list[tuple[str, str]]:
     return rows + [("first warmup failure", e.replace("|", "/").replace("\n", " ")) for e in r["failed"][:1]]
 
 
+def _wait_for_pch(cache: Path, limit: float = 300.0) -> float:
+    """Seconds until every precompiled header started in ``cache`` is made (or failed)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < limit:
+        folders = list((cache / "v2" / "pch").glob("*"))
+        if all((f / "prelude.h.gch").is_file() or (f / "failed.log").is_file() for f in folders):
+            break
+        time.sleep(0.2)
+    return time.perf_counter() - t0
+
+
+def cold_rows(tmp: Path, backends: list[str], repeats: int) -> list[list[str]]:
+    """Per backend: ``repeats`` fresh caches, each: the first call (hidden 3072), then, once the
+    precompiled header is made, a new specialization (hidden 2048) and a warm load (3072)."""
+    rows = []
+    for backend in backends:
+        first, later, warm, imp, cpu_first, cpu_later, pch = [], [], [], [], [], [], []
+        for i in range(repeats):
+            cache = tmp / f"cold-{backend}-{i}"
+            r = run_worker("first", backend, cache, 3072)
+            first.append(r["seconds"])
+            cpu_first.append(r["cpu"])
+            imp.append(r["import_s"])
+            pch.append(_wait_for_pch(cache))
+            r = run_worker("first", backend, cache, 2048 - 256 * (i % 4))
+            later.append(r["seconds"])
+            cpu_later.append(r["cpu"])
+            warm.append(run_worker("first", backend, cache, 3072)["seconds"] * 1e3)
+            shutil.rmtree(cache, ignore_errors=True)
+        rows.append([backend, runs(first), f"{med(cpu_first):.2f}", runs(later), f"{med(cpu_later):.2f}",
+                     f"{med(warm):.2f} (max {max(warm):.2f})", f"{med(imp):.2f}", f"{med(pch):.1f}"])
+    return rows
+
+
+def cold_main(args) -> int:
+    import common
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")  # inherited by the workers
+    tmp = Path(tempfile.mkdtemp(prefix="kernkit-bench-"))
+    try:
+        rows = cold_rows(tmp, args.backends, args.repeats)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cols = ["backend", "first call of a fresh install, s (median; runs)", "its compiler CPU s",
+            "later new specialization, s", "its compiler CPU s", "warm load, ms", "import kernkit.ops, s",
+            "wait for the precompiled header after the first call, s"]
+    name = f"cold-{args.tag or ('gpu' if torch.cuda.is_available() else 'cpu')}-{time.strftime('%Y-%m-%d')}-" \
+           f"{common.commit().split()[0]}.md"
+    lines = common.header("kernkit cold compile: rmsnorm bf16", common.command_line())
+    common.write_report(args.out, name, lines + common.markdown_table(cols, rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="also write the table to DIR/framework-<tag>-<date>-<commit>.md")
@@ -288,11 +377,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loads", type=int, default=9, help="fresh processes for the warm-load and import rows (>= 1)")
     ap.add_argument("--warmup-specs", type=int, default=16, help="specializations in the warmup row (0: skip)")
     ap.add_argument("--skip-compile", action="store_true", help="skip the cold-compile rows")
+    ap.add_argument("--cold", action="store_true", help="only the cold-compile timeline (first call, later "
+                    "specialization, warm load) per backend")
+    ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"], help="--cold's backends (emu, nvrtc, nvcc)")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(WORKERS[args.worker[0]](*args.worker[1:])))
         return 0
+    if args.cold:
+        return cold_main(args)
 
     import common  # next to this script; imports torch
     import torch

@@ -279,3 +279,28 @@ def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fre
     header = nvrtc.prelude(flags)
     assert header is not None and header.with_name("prelude.h.gch") == gch and gch.is_file()
     assert str(header) in nvrtc.Nvrtc().command(types.SimpleNamespace(extra_cflags=()), [flags[0], ""])
+
+
+def test_a_process_splits_each_source_text_once(tmp_path):
+    """A second build in one process re-splits nothing that is unchanged; an edited source is
+    split again, so its halves follow the edit."""
+    from kernkit.jit import JitSpec, nvrtc
+
+    src = tmp_path / "k.cuh"
+    src.write_text("#pragma once\n__global__ void k_kernel(float* p) { p[0] = 1.0f; }\n"
+                   "inline void launch() {}\n")
+    spec = JitSpec.make("k", cuda_files=[str(src)], cuda_wrappers=[("launch", "launch")], backend="nvrtc",
+                        arch="9.0")
+    for i in (0, 1):
+        (tmp_path / f"b{i}").mkdir()
+    nvrtc._write_halves(spec, tmp_path / "b0")
+    before = nvrtc._split.cache_info()
+    nvrtc._write_halves(spec, tmp_path / "b1")
+    after = nvrtc._split.cache_info()
+    assert after.misses == before.misses and after.hits > before.hits
+    src.write_text(src.read_text().replace("1.0f", "2.0f"))
+    (tmp_path / "b2").mkdir()
+    nvrtc._write_halves(spec, tmp_path / "b2")
+    assert nvrtc._split.cache_info().misses == after.misses + 1
+    (device,) = (tmp_path / "b2" / "device" / "user").rglob("k.cuh")
+    assert "2.0f" in device.read_text()

@@ -15,6 +15,7 @@ toolkit); NVRTC is called through ``cuda-bindings``.
 from __future__ import annotations
 
 import contextlib
+import json
 import fnmatch
 import importlib.util
 import os

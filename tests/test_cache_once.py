@@ -136,3 +136,16 @@ def test_a_cold_key_inside_torch_compile_is_a_graph_break_not_an_error():
     assert torch.equal(compiled(x), (x + 1) * 3.0 - 1)
     assert torch.equal(compiled(x), (x + 1) * 3.0 - 1)
     assert calls == [torch.float32]
+
+
+def test_an_error_of_a_miss_is_not_chained_to_the_lookup_that_missed():
+    """The first-call error of an op is its own: no ``KeyError`` of the memo's lookup and no
+    "During handling of the above exception" before it."""
+
+    @cache_once
+    def factory(dtype, flag):
+        raise ValueError(f"cannot build {dtype}")
+
+    with pytest.raises(ValueError, match="cannot build") as info:
+        factory("fp32", False)
+    assert info.value.__context__ is None and info.value.__cause__ is None

@@ -60,11 +60,12 @@ def cache_once(fn: F) -> F:
         try:
             return cache[key]
         except KeyError:
-            if "torch._dynamo" in sys.modules:  # perhaps tracing: keep the load out of the graph
-                return torch.compiler.disable(compute)(key, args, kwargs)
-            return compute(key, args, kwargs)
+            pass  # computed below, outside the handler: its errors are not chained to this miss
         except TypeError:  # an unhashable argument: name it, not just its type
             raise _unhashable(fn, args, kwargs) from None
+        if "torch._dynamo" in sys.modules:  # perhaps tracing: keep the load out of the graph
+            return torch.compiler.disable(compute)(key, args, kwargs)
+        return compute(key, args, kwargs)
 
     wrapper.cache = cache  # type: ignore[attr-defined]
     wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]

@@ -314,3 +314,23 @@ def test_traced_by_torch_compile_as_one_mutating_op():
     torch._dynamo.reset()
     got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k.clone(), cache)
     assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
+@pytest.mark.parametrize("first", ["int", "bool"])
+def test_is_neox_takes_a_bool_only_whatever_was_called_before(first):
+    """``is_neox=1`` is refused in a fresh process and after a call with ``True`` alike: the
+    check runs before the module factory's memo, which takes 1 for True."""
+    from kernkit.ops import rope
+
+    rope._module.cache_clear()
+    q, k = rand((3, 64), fp32, 31), rand((3, 64), fp32, 32)
+    args = (torch.tensor([0, 1, 2]), q, k, make_cache(32))
+    calls = [1, True, 1] if first == "int" else [True, 1]
+    for value in calls:
+        if value is True:
+            rotary_embedding(*args, value, head_dim=64)
+            continue
+        before = (q.clone(), k.clone())
+        with pytest.raises(TypeError, match=r"^'is_neox': expected a bool, got int$"):
+            rotary_embedding(*args, value, head_dim=64)
+        assert torch.equal(q, before[0]) and torch.equal(k, before[1])

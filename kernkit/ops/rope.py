@@ -84,7 +84,8 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
         ``[max_position, rot_dim]``, contiguous, float32 or q's dtype: the cosines in the first
         ``rot_dim / 2`` columns, the sines in the rest. ``rot_dim`` is even and ``<= head_dim``.
     is_neox
-        Neox pairing (the default) or gpt-j pairing.
+        Neox pairing (the default) or gpt-j pairing: ``True`` or ``False``, nothing else (``1``
+        is a ``TypeError``, in every process, whatever ran before).
     head_dim
         Elements per head (``head_size`` in sglang and vLLM). Required when ``q`` is 2-d, whose
         rows do not say where a head ends; default ``q.shape[-1]`` for 3-d ``q``.
@@ -106,6 +107,9 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
     >>> cache = torch.cat([ang.cos(), ang.sin()], dim=1)  # [4096, 128] fp32
     >>> rotary_embedding(torch.tensor([0, 1, 2, 3], device="cuda"), q, k, cache, head_dim=128)  # doctest: +SKIP
     """
+    # Before the memo: its key would take 1 for True (equal and of equal hash) once True is cached.
+    if type(is_neox) is not bool:
+        raise TypeError(f"'is_neox': expected a bool, got {type(is_neox).__name__}")
     rot_dim = cos_sin_cache.shape[1] if cos_sin_cache.dim() == 2 else -1
     _module(q.dtype, rot_dim, is_neox, q.is_cuda).rotary_embedding(positions, q, k, cos_sin_cache,
                                                                    -1 if head_dim is None else head_dim)

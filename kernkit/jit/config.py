@@ -67,10 +67,21 @@ def default_backend() -> str:
     return "nvrtc" if available() else "nvcc"
 
 
+#: The values of ``KERNKIT_FREEZE``; unset or empty is ``off``.
+FREEZE_MODES = ("error", "warn", "off")
+
+
 def frozen() -> str | None:
-    """``error`` or ``warn`` when compiling is frozen (``KERNKIT_FREEZE``), else None."""
+    """``error`` or ``warn`` when compiling is frozen (``KERNKIT_FREEZE``), None when it is
+    ``off``, empty or unset. Any other value raises ``ValueError`` listing the accepted ones: a
+    misspelt freeze (``1``, ``true``, ``errors``) never means off."""
     mode = os.environ.get(FREEZE_VAR, "").strip().lower()
-    return mode if mode in ("error", "warn") else None
+    if mode in ("", "off"):
+        return None
+    if mode not in FREEZE_MODES:
+        raise ValueError(f"{FREEZE_VAR} must be one of {', '.join(map(repr, FREEZE_MODES))} (or unset), "
+                         f"got {os.environ[FREEZE_VAR]!r}")
+    return mode
 
 
 def freeze(mode: str = "error") -> None:
@@ -89,6 +100,6 @@ def freeze(mode: str = "error") -> None:
     -------
     >>> kernkit.jit.freeze()  # doctest: +SKIP
     """
-    if mode not in ("error", "warn", "off"):
+    if mode not in FREEZE_MODES:
         raise ValueError(f"freeze: mode must be 'error', 'warn' or 'off', got {mode!r}")
     os.environ[FREEZE_VAR] = mode

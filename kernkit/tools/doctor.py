@@ -100,6 +100,10 @@ def report() -> list[tuple[str, str, bool]]:
     cache = root()
     existing = next(p for p in (cache, *cache.parents) if p.exists())
     writable = os.access(existing, os.W_OK)
+    try:
+        mode, bad_freeze = frozen(), None
+    except ValueError as e:  # every load raises it too
+        mode, bad_freeze = None, e
     lines.append(("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
                                f"{'' if writable else ', NOT WRITABLE'})", not writable))
     for top in shared_roots():  # a shared cache that is not there is a mistyped path or a missing mount
@@ -108,8 +112,9 @@ def report() -> list[tuple[str, str, bool]]:
                       not top.is_dir()))
     lines += [("JIT", ("on (missing specializations compile on first use)" if jit_enabled() else
                        "off (KERNKIT_JIT: only cached specializations load)")
-               + (f"; frozen: a compile {'raises' if frozen() == 'error' else 'warns and is counted'} "
-                  f"(KERNKIT_FREEZE={frozen()})" if frozen() else ""), False),
+               + (f"; frozen: a compile {'raises' if mode == 'error' else 'warns and is counted'} "
+                  f"(KERNKIT_FREEZE={mode})" if mode else "")
+               + (f"; every load raises: {bad_freeze}" if bad_freeze else ""), bad_freeze is not None),
               ("frozen compiles", _frozen_compiles(), False),
               ("environment", ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("KERNKIT_"))
                or "no KERNKIT_* variables set", False)]

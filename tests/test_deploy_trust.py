@@ -54,3 +54,75 @@ def test_an_unknown_freeze_value_raises_at_the_first_load_and_never_means_off(sc
     monkeypatch.setenv("KERNKIT_FREEZE", value)  # built now: a load still raises, it does not load unfrozen
     with pytest.raises(ValueError, match="KERNKIT_FREEZE must be one of"):
         ops.scale(torch.ones(4), 2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# A manifest from elsewhere: warmup --manifest
+
+
+def _manifest(path: Path, **change) -> Path:
+    """A manifest of scale<fp32_t, false> (emu) with the request's fields ``change``d."""
+    req = {**manifest.request(elementwise.scale_spec(torch.float32, "emu")), **change}
+    path.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [req]}))
+    return path
+
+
+@pytest.mark.parametrize("field, value", [
+    ("extra_ldflags", ["-lm\nrule pwn\n  command = touch pwned\nbuild pwned: pwn\ndefault pwned\n"]),
+    ("extra_cflags", ["-O2\r"]),
+    ("extra_include_paths", ["/tmp/x\nbuild y: phony"]),
+    ("marker", ["scale", "fp32_t\x1b[2J", "false"]),
+    ("cuda_wrappers", [["scale", "scale<fp32_t, false>\x07"]]),
+    ("arch", "9.0\n"),
+])
+def test_a_manifest_string_with_a_control_character_is_refused_before_anything_builds(
+        tmp_path, fresh_cache, field, value):
+    """A newline in a flag would end the line of build.ninja and start a statement of its own
+    (the ``$`` escaping does not cover it); any control character is refused, in any field."""
+    record = _manifest(tmp_path / "m.json", **{field: value})
+    with pytest.raises(manifest.ManifestError, match=rf"request 1 .*is refused: '{field}' holds a control character"):
+        manifest.specs(record)
+    r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2 and "holds a control character" in r.stderr, r.stdout + r.stderr
+    assert not list(fresh_cache.glob("v2/scale/*/*/lib.so")) and not list(REPO.glob("**/pwned"))
+
+
+def test_a_flag_with_a_control_character_never_reaches_build_ninja(fresh_cache):
+    from kernkit.jit import JitSpec
+
+    spec = JitSpec.make("scale", "fp32_t", "false", cuda_files=["elementwise/scale.cuh"],
+                        cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu",
+                        extra_cflags=["-O2\nbuild pwned: phony"])
+    with pytest.raises(ValueError, match=r"a build command cannot hold a control character: '-O2\\nbuild pwned"):
+        spec.build()
+    assert not list(fresh_cache.glob("v2/.staging/*/build.ninja")) and not list(fresh_cache.glob("v2/scale/*/*"))
+
+
+@pytest.mark.parametrize("field, value, expect", [
+    ("marker", "scale", "'marker' must be a list of strings, got 'scale'"),
+    ("marker", [], "'marker' must name the kernel"),
+    ("extra_cflags", "-O2", "'extra_cflags' must be a list of strings, got '-O2'"),
+    ("cuda_wrappers", [["scale"]], "'cuda_wrappers' must be a list of [name, symbol] pairs"),
+    ("backend", 5, "'backend' must be a string or null, got 5"),
+])
+def test_a_malformed_request_is_refused_naming_its_field(tmp_path, field, value, expect):
+    """A marker given as a string was split into characters (a kernel ``s<c, a, l, e>``)."""
+    with pytest.raises(manifest.ManifestError, match="request 1.* is refused: " + expect.replace("[", r"\[")):
+        manifest.specs(_manifest(tmp_path / "m.json", **{field: value}))
+
+
+def test_no_extra_flags_refuses_a_manifest_that_carries_flags_before_building(tmp_path, fresh_cache):
+    """``-wrapper /bin/sh,-c,...`` makes the compiler driver run a shell: with
+    ``--no-extra-flags`` the whole manifest is refused, nothing is built or run."""
+    marker = tmp_path / "ran"
+    evil = _manifest(tmp_path / "evil.json", extra_cflags=["-wrapper", f"/bin/sh,-c,touch {marker}"])
+    r = cli("warmup", "--manifest", str(evil), "--no-extra-flags", "-q", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "request 1 (scale<fp32_t, false>) is refused: it carries compiler flags ['-wrapper'" in r.stderr
+    assert "--no-extra-flags refuses them" in r.stderr
+    assert not marker.exists() and not list(fresh_cache.glob("v2/scale/*/*/lib.so"))
+    plain = _manifest(tmp_path / "plain.json")
+    r = cli("warmup", "--manifest", str(plain), "--no-extra-flags", "-q", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 0 and "1 built" in r.stdout, r.stdout + r.stderr
+    r = cli("warmup", "scale", "--no-extra-flags", "--list", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
+    assert r.returncode == 2 and "--no-extra-flags goes with --manifest" in r.stderr

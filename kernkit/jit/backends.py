@@ -135,6 +135,11 @@ def version(path: str) -> str:
 
 
 def _quote(args: list[str]) -> str:
+    """``args`` as one line of a ``build.ninja`` command: shell-quoted, ``$`` escaped. A control
+    character is refused (``ValueError``): a newline would end the line and start a statement."""
+    for a in args:
+        if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in a):
+            raise ValueError(f"a build command cannot hold a control character: {a!r}")
     return " ".join(shlex.quote(a).replace("$", "$$") for a in args)
 
 

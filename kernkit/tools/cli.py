@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "with KERNKIT_RECORD=FILE) instead of the ops' specializations")
     w.add_argument("--arch", nargs="+", default=[], metavar="ARCH",
                    help="with --manifest: build its CUDA requests for these architectures, e.g. 9.0 10.0a")
+    w.add_argument("--no-extra-flags", action="store_true", help="with --manifest: refuse it if a request carries "
+                   "compiler or linker flags (a flag can run any program; use it for manifests from elsewhere)")
     w.add_argument("-j", "--jobs", type=int, help="builds at once (default: the number of cores)")
     w.add_argument("--list", action="store_true", help="print the specializations without building them")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -11,7 +11,10 @@ run in parallel (--jobs, default: the number of cores).
 
 --manifest FILE builds exactly the requests a run recorded (KERNKIT_RECORD=FILE), ops and user
 kernels alike, for the architectures --arch names (default: those recorded), on any machine,
-with no GPU needed.
+with no GPU needed. Replaying a request runs the compilers with its flags, and a flag can start
+any program (-wrapper, -fplugin, -B): for a manifest from elsewhere, add --no-extra-flags, which
+refuses the whole manifest, before anything is built, if a request carries compiler or linker
+flags. A request with a control character in any string is always refused.
 
 examples:
   python -m kernkit.jit warmup scale --dtype bf16 fp16
@@ -19,6 +22,7 @@ examples:
   python -m kernkit.jit warmup --dtype bf16 --set num_heads=8 head_dim=128 hidden_size=4096
   python -m kernkit.jit warmup --import my_ops my_ns::my_op --set block=256 --list
   python -m kernkit.jit warmup --manifest kernels.json --arch 9.0 10.0
+  python -m kernkit.jit warmup --manifest from-elsewhere.json --no-extra-flags
 """
 
 from __future__ import annotations
@@ -193,9 +197,9 @@ def run(args: argparse.Namespace) -> int:
     if args.manifest:
         if args.ops or args.dtype or args.shape or args.backend:
             raise WarmupError("--manifest names the builds itself: give no OP, --dtype, --set or --backend with it")
-        specs, skipped = manifest.specs(args.manifest, args.arch), []
-    elif args.arch:
-        raise WarmupError("--arch goes with --manifest (the ops' builds are for the target architecture)")
+        specs, skipped = manifest.specs(args.manifest, args.arch, extra_flags=not args.no_extra_flags), []
+    elif args.arch or args.no_extra_flags:
+        raise WarmupError(f"{'--arch' if args.arch else '--no-extra-flags'} goes with --manifest")
     else:
         options = {**({"dtypes": [parse_dtype(d) for d in args.dtype]} if args.dtype else {}),
                    **parse_shape(args.shape)}

@@ -126,3 +126,68 @@ def test_no_extra_flags_refuses_a_manifest_that_carries_flags_before_building(tm
     assert r.returncode == 0 and "1 built" in r.stdout, r.stdout + r.stderr
     r = cli("warmup", "scale", "--no-extra-flags", "--list", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
     assert r.returncode == 2 and "--no-extra-flags goes with --manifest" in r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# A read-only shared cache: KERNKIT_CACHE_SHARED
+
+
+def _tree(path: Path) -> dict:
+    return {p.relative_to(path).as_posix(): p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
+
+
+def test_a_damaged_build_of_a_shared_cache_is_skipped_with_one_warning_and_left_alone(tmp_path, monkeypatch):
+    from kernkit.jit import FrozenCompileError, cache
+
+    shared, local = tmp_path / "shared", tmp_path / "local"
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(shared))
+    lib = elementwise.scale_spec(torch.float32, "emu").build()
+    with open(lib, "ab") as f:
+        f.write(b"\0")  # damaged: its size no longer matches its record
+    before = _tree(shared)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(local))
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
+    monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setenv("KERNKIT_FREEZE", "error")  # no local build yet: raise, naming both caches
+    with pytest.warns(RuntimeWarning, match=r"skipping a damaged build of a read-only cache \(left as it is\)"):
+        with pytest.raises(FrozenCompileError, match=rf"is not in the caches {shared / 'v2'}, {local / 'v2'}"):
+            elementwise.scale_spec(torch.float32, "emu").build()
+    monkeypatch.setenv("KERNKIT_FREEZE", "off")  # compiled locally
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        built = elementwise.scale_spec(torch.float32, "emu").build()
+        assert elementwise.scale_spec(torch.float32, "emu").build() == built
+    assert not [w for w in seen if "damaged" in str(w.message)]  # warned once, in the first load
+    assert local in built.parents
+    assert _tree(shared) == before  # not one byte of the shared cache changed
+
+
+def test_a_shared_cache_that_is_not_a_directory_is_warned_about_once(tmp_path, monkeypatch, fresh_cache):
+    from kernkit.jit import JitDisabledError, config
+
+    afile, missing = tmp_path / "a-file", tmp_path / "not-mounted"
+    afile.write_text("")
+    monkeypatch.setattr(config, "_not_shared", set())
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", f"{afile}{os.pathsep}{missing}")
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    with pytest.warns(RuntimeWarning) as seen:
+        with pytest.raises(JitDisabledError, match=rf"is not in the cache {fresh_cache / 'v2'};"):
+            elementwise.scale_spec(torch.float16, "emu").build()
+    messages = sorted(str(w.message) for w in seen if "KERNKIT_CACHE_SHARED" in str(w.message))
+    assert messages == [f"kernkit: KERNKIT_CACHE_SHARED names {str(afile)!r}, which is not a directory; it is not "
+                        "searched", f"kernkit: KERNKIT_CACHE_SHARED names {str(missing)!r}, which is missing; it is "
+                        "not searched"]
+    import warnings
+
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        with pytest.raises(JitDisabledError):
+            elementwise.scale_spec(torch.float16, "emu").build()
+    assert not [w for w in again if "KERNKIT_CACHE_SHARED" in str(w.message)]
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
+    with pytest.raises(JitDisabledError, match=rf"is not in the caches {shared / 'v2'}, {fresh_cache / 'v2'};"):
+        elementwise.scale_spec(torch.float16, "emu").build()

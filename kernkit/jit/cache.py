@@ -187,10 +187,22 @@ def read_build(build_dir: Path) -> dict | None:
     return meta
 
 
-def find(key_dir: Path, compilers: list | None) -> Path | None:
+#: The damaged builds of read-only caches this process has warned about (once each).
+_warned: set[str] = set()
+
+
+def warn_once(what: str, message: str) -> None:
+    """Warn (``RuntimeWarning``) about ``what`` the first time only in this process."""
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
+
+
+def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path | None:
     """The library of the newest build under ``key_dir`` whose headers are unchanged and, unless
     ``compilers`` is None, whose compilers are these (``backends.stamp`` of each). A damaged build
-    is discarded with a warning and skipped."""
+    is skipped: discarded with a warning, or, with ``read_only`` (a shared cache, which this
+    process never modifies), left as it is with one warning per process."""
     try:
         dirs = [d for d in key_dir.iterdir() if not d.name.startswith(".")]
     except OSError:
@@ -200,6 +212,10 @@ def find(key_dir: Path, compilers: list | None) -> Path | None:
         try:
             meta = read_build(build_dir)
         except CorruptBuildError as e:
+            if read_only:
+                warn_once(str(build_dir), f"kernkit: skipping a damaged build of a read-only cache (left as it "
+                                          f"is): {e}")
+                continue
             warnings.warn(f"kernkit: discarding a damaged cache entry: {e}", RuntimeWarning, stacklevel=4)
             discard(build_dir)
             continue

@@ -4,6 +4,7 @@ launchers may set them at run time)."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 #: Root of the on-disk cache of built specializations.
@@ -35,9 +36,23 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "kernkit"
 
 
+#: The entries of ``KERNKIT_CACHE_SHARED`` that are not directories, warned about once each.
+_not_shared: set[str] = set()
+
+
 def shared_dirs() -> list[Path]:
-    """The read-only cache roots of ``KERNKIT_CACHE_SHARED``, in order."""
-    return [Path(d).expanduser() for d in os.environ.get(SHARED_VAR, "").split(os.pathsep) if d.strip()]
+    """The read-only cache roots of ``KERNKIT_CACHE_SHARED`` that are directories, in order; an
+    entry that is not one (missing, a file) is left out with a warning, once per process."""
+    out = []
+    for d in os.environ.get(SHARED_VAR, "").split(os.pathsep):
+        path = Path(d).expanduser()
+        if path.is_dir():
+            out.append(path)
+        elif d.strip() and d not in _not_shared:
+            _not_shared.add(d)
+            warnings.warn(f"kernkit: {SHARED_VAR} names {d!r}, which is {'not a directory' if path.exists() else 'missing'}"
+                          "; it is not searched", RuntimeWarning, stacklevel=2)
+    return out
 
 
 def jit_enabled() -> bool:

@@ -305,6 +305,8 @@ class JitSpec:
             if lib is not None:
                 return lib
         where = f"{self.label} key {self.key[:16]}"
+        tops = _searched()
+        searched = f"the cache{'s' * (len(tops) > 1)} {', '.join(map(str, tops))}"
         if capturing:
             raise CaptureCompileError(
                 f"{where} is not built and the current CUDA stream is capturing a graph: kernkit does not "
@@ -312,7 +314,7 @@ class JitSpec:
                 "or build it ahead of time with `python -m kernkit.jit warmup`")
         if not jit_enabled():
             raise JitDisabledError(
-                f"{JIT_VAR}=off and {where} is not in the cache {cache.root()}; build it ahead of time on a "
+                f"{JIT_VAR}=off and {where} is not in {searched}; build it ahead of time on a "
                 f"machine with the compilers (same cache directory, `python -m kernkit.jit warmup`), or unset "
                 f"{JIT_VAR}")
         mode = frozen()
@@ -320,7 +322,7 @@ class JitSpec:
             asked = f"{where}, asked for by {requester.get()}," if requester.get() else where
             if mode == "error":
                 raise FrozenCompileError(
-                    f"{FREEZE_VAR}=error (kernkit.jit.freeze) and {asked} is not in the cache {cache.root()}: "
+                    f"{FREEZE_VAR}=error (kernkit.jit.freeze) and {asked} is not in {searched}: "
                     "build it ahead of time (record the specializations a run loads with KERNKIT_RECORD=FILE, "
                     "then `python -m kernkit.jit warmup --manifest FILE`), or freeze with mode='warn'")
             logger.warning("kernkit: %s=warn and %s is not in the cache: compiling it", FREEZE_VAR, asked)
@@ -337,8 +339,8 @@ class JitSpec:
         """This key's current build (``cache.find``), in the shared read-only caches
         (``KERNKIT_CACHE_SHARED``) first: many machines, one build."""
         relative = self.key_dir.relative_to(cache.root())
-        for top in [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]:
-            lib = cache.find(top / relative, stamps)
+        for top in _searched():
+            lib = cache.find(top / relative, stamps, read_only=top != cache.root())
             if lib is not None:
                 return lib
         return None
@@ -383,6 +385,12 @@ class JitSpec:
     def build_and_load(self) -> tvm_ffi.Module:
         """The loaded module, built first when needed (``build`` says what it raises)."""
         return tvm_ffi.load_module(_utf8_path(self.build()))
+
+
+def _searched() -> list[Path]:
+    """The cache roots a load searches, in order: the shared ones (``KERNKIT_CACHE_SHARED``),
+    then this process's own."""
+    return [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]
 
 
 #: Descriptors of the build directories whose path is not UTF-8, by path (``_utf8_path``).

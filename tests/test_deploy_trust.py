@@ -191,3 +191,49 @@ def test_a_shared_cache_that_is_not_a_directory_is_warned_about_once(tmp_path, m
     monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
     with pytest.raises(JitDisabledError, match=rf"is not in the caches {shared / 'v2'}, {fresh_cache / 'v2'};"):
         elementwise.scale_spec(torch.float16, "emu").build()
+
+
+# --------------------------------------------------------------------------------------------
+# Builds in progress on a shared cache: staging
+
+
+def _sweep(env_cache: Path) -> subprocess.CompletedProcess:
+    """``remove_stale_staging`` in another process, as another host's publish runs it."""
+    return subprocess.run([sys.executable, "-c", "from kernkit.jit import cache; cache.remove_stale_staging()"],
+                          capture_output=True, text=True, env={**os.environ, "KERNKIT_CACHE_DIR": str(env_cache)})
+
+
+def test_a_live_build_in_progress_is_not_removed_however_old_it_looks(fresh_cache):
+    """Another host whose clock is 6 hours ahead sees this host's staging directory as 6 hours
+    old: its builder still holds the lock, so it stays; once released, the sweep may take it."""
+    from kernkit.jit import cache
+
+    staging = cache.staging_dir("ab" * 32)
+    (staging / "kernel_emu.cc").write_text("// being compiled")
+    old = os.stat(staging).st_mtime - cache.STALE_STAGING_SECONDS - 60
+    os.utime(staging, (old, old))
+    try:
+        assert _sweep(fresh_cache).returncode == 0
+        cache.remove_stale_staging()  # this process's own other builds are spared too
+        assert (staging / "kernel_emu.cc").is_file()
+    finally:
+        cache.discard(staging)
+    assert not staging.exists() and not list(fresh_cache.glob("v2/.locks/*.staging"))
+
+
+def test_the_build_in_progress_of_a_killed_process_is_removed_once_old(fresh_cache):
+    from kernkit.jit import cache
+
+    code = ("import os\nfrom kernkit.jit import cache\nd = cache.staging_dir('cd' * 32)\n"
+            "(d / 'lib.so').write_bytes(b'half')\nprint(d)\nos._exit(0)  # killed: nothing released by hand\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "KERNKIT_CACHE_DIR": str(fresh_cache)})
+    staging = Path(r.stdout.strip())
+    assert r.returncode == 0 and staging.is_dir(), r.stderr
+    cache.remove_stale_staging()
+    assert staging.is_dir()  # recent: its age alone keeps it
+    old = os.stat(staging).st_mtime - cache.STALE_STAGING_SECONDS - 60
+    os.utime(staging, (old, old))
+    assert _sweep(fresh_cache).returncode == 0
+    assert not staging.exists() and not list(fresh_cache.glob("v2/.locks/*.staging"))
+    assert not list(fresh_cache.glob("v2/.staging/*"))

@@ -6,7 +6,8 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
                                           units, build.ninja, build.log
     v2/.locks/<key16>.lock                the per-key build lock
     v2/.locks/<key16>.holder              "pid <pid> on <host>" of the build holding it
-    v2/.staging/...                       builds in progress (private to one process)
+    v2/.staging/<key16>-<pid>-<uuid8>/    a build in progress (private to one process)
+    v2/.locks/<key16>-<pid>-<uuid8>.staging   its lock, held by that process while it builds
     v2/.failed/<name>-<key16>/            the last failed build of a key, for inspection
     v2/pch/<key16>/                       precompiled host headers of the nvrtc and emu units
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -46,8 +48,9 @@ from .config import CACHE_DIR_VAR, cache_dir
 
 LAYOUT = "v2"
 
-#: A staging directory untouched for this long belongs to a build that was killed (a live build
-#: writes into its directory every few minutes at most); the next successful publish removes it.
+#: A staging directory untouched for this long, whose builder no longer holds its lock, belongs
+#: to a build that was killed; the next successful publish removes it. The lock decides, so a
+#: host whose clock is ahead does not remove another host's live build on a shared cache.
 STALE_STAGING_SECONDS = 6 * 3600
 
 #: A build that has waited this long for its key's lock logs, once, who holds it; then it waits on.
@@ -273,10 +276,67 @@ def locked(key: str, label: str, wait: bool = True):
         lock.release()
 
 
+#: The staging directories this process is filling, each with the descriptor that holds its
+#: lock (an ``flock``, which the kernel releases however the process ends), until it is
+#: published, kept as a failure or discarded.
+_staging_locks: dict[Path, int] = {}
+
+
+def _staging_lock(staging: Path) -> Path:
+    return staging.parent.parent / ".locks" / f"{staging.name}.staging"
+
+
 def staging_dir(key: str) -> Path:
+    """A new private directory to build in, under ``.staging``; its lock is taken before it
+    exists and held while this process uses it (``remove_stale_staging`` spares it)."""
     path = root() / ".staging" / f"{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    ensure_dir(path)
+    ensure_dir(root() / ".locks")
+    try:
+        fd = os.open(_staging_lock(path), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise dir_problem(root(), "create a staging lock", e) from e
+    with contextlib.suppress(OSError):  # no flock here: the directory is never judged stale
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _staging_locks[path] = fd
+    try:
+        ensure_dir(path)
+    except CacheDirError:
+        _release_staging(path)
+        raise
     return path
+
+
+def _release_staging(staging: Path) -> None:
+    """Drop the lock of a staging directory this process no longer uses (published, kept or
+    discarded: gone from where it was)."""
+    fd = _staging_locks.pop(staging, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(_staging_lock(staging))
+        os.close(fd)
+
+
+def _builder_alive(staging: Path) -> bool:
+    """Whether a process may still be building in ``staging``: its lock is held, or cannot be
+    tested. A lock that is free (its builder died) is removed; a missing one (made by an older
+    kernkit) leaves the age to decide."""
+    lock = _staging_lock(staging)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held (EWOULDBLOCK), or no flock on this file system: do not guess
+        return True
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        return False
+    finally:
+        os.close(fd)
 
 
 def publish(staging: Path, final: Path, meta: dict) -> Path:
@@ -301,10 +361,11 @@ def publish(staging: Path, final: Path, meta: dict) -> Path:
         for attempt in (1, 2):
             try:
                 os.rename(staging, final)
+                _release_staging(staging)
                 break
             except OSError:
                 if (final / "meta.json").is_file():  # published meanwhile: that build wins
-                    shutil.rmtree(staging, ignore_errors=True)
+                    discard(staging)
                     break
                 if attempt == 2 or not final.is_dir():
                     raise
@@ -316,26 +377,30 @@ def publish(staging: Path, final: Path, meta: dict) -> Path:
 
 
 def remove_stale_staging() -> None:
-    """Remove staging directories untouched for ``STALE_STAGING_SECONDS`` (builds whose process
-    was killed); errors are ignored, since another process may be removing the same one."""
+    """Remove the staging directories of builds whose process was killed: untouched for
+    ``STALE_STAGING_SECONDS`` and their lock free (``_builder_alive``). Errors are ignored,
+    since another process may be removing the same one."""
     limit = time.time() - STALE_STAGING_SECONDS
     try:
         for path in list((root() / ".staging").iterdir()):
-            if path.stat().st_mtime < limit:
+            if path.stat().st_mtime < limit and not _builder_alive(path):
                 discard(path)
     except OSError:
         pass
 
 
-def discard(path: Path) -> None:
+def discard(path: Path) -> bool:
     """Remove a build or staging directory: renamed aside first, so no reader sees it half
-    deleted."""
+    deleted. Returns whether it is gone (False: it could not be moved, e.g. a read-only cache)."""
     trash = path.parent / f".trash-{uuid.uuid4().hex[:8]}"
     try:
         os.rename(path, trash)
     except OSError:
-        return
+        return not os.path.lexists(path)
+    finally:
+        _release_staging(path)
     shutil.rmtree(trash, ignore_errors=True)
+    return True
 
 
 def keep_failed(staging: Path, target: Path) -> Path:
@@ -346,7 +411,9 @@ def keep_failed(staging: Path, target: Path) -> Path:
         os.rename(staging, target)
         return target
     except (OSError, CacheDirError):
-        return staging
+        return staging  # left for inspection where it is, and removed once stale
+    finally:
+        _release_staging(staging)
 
 
 def note_frozen_compile(entry: dict) -> None:

@@ -168,7 +168,7 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fres
         f.write('{"title": "cut sh')  # a writer killed mid-line: doctor still reports the whole records
     assert [label for label, _, _ in doctor.report()].count("frozen compiles") == 1
     assert len(cache.frozen_compiles()) == 1
-    assert tool.clear() >= 1  # the builds go; the log of frozen compiles stays, and nothing is left aside
+    assert tool.clear()[0] >= 1  # the builds go; the log of frozen compiles stays, and nothing is left aside
     assert [p.name for p in cache.root().iterdir() if not p.is_dir()] == ["frozen-compiles.jsonl"]
     assert not [p for p in cache.root().iterdir() if p.name.startswith(".trash")]
 
@@ -378,8 +378,8 @@ def test_prune_keeps_the_newest_builds_of_each_kernel(tmp_path, monkeypatch):
         elementwise.scale_spec(dtype, "emu").build()
     titles = lambda: sorted(m["title"] for _, m in tool.published())  # noqa: E731
     assert len(titles()) == 3
-    assert tool.prune(before=0) == 0
-    assert tool.prune(keep=2) == 1 and titles() == ["scale<bf16_t, false>", "scale<fp16_t, false>"]
-    assert tool.prune(before=tool.parse_date("0")) == 2 and titles() == []
+    assert tool.prune(before=0) == (0, [])
+    assert tool.prune(keep=2) == (1, []) and titles() == ["scale<bf16_t, false>", "scale<fp16_t, false>"]
+    assert tool.prune(before=tool.parse_date("0")) == (2, []) and titles() == []
     with pytest.raises(tool.ArchiveError, match="--older-than"):
         tool.parse_date("soon")

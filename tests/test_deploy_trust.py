@@ -237,3 +237,86 @@ def test_the_build_in_progress_of_a_killed_process_is_removed_once_old(fresh_cac
     assert _sweep(fresh_cache).returncode == 0
     assert not staging.exists() and not list(fresh_cache.glob("v2/.locks/*.staging"))
     assert not list(fresh_cache.glob("v2/.staging/*"))
+
+
+# --------------------------------------------------------------------------------------------
+# cache prune / clear on a cache they cannot write
+
+
+@pytest.fixture(scope="module")
+def three_builds(tmp_path_factory) -> Path:
+    """A cache root holding scale's fp32, fp16 and bf16 builds, made once for this module."""
+    top = tmp_path_factory.mktemp("three") / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNKIT_CACHE_DIR", str(top))
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            elementwise.scale_spec(dtype, "emu").build()
+    return top
+
+
+@pytest.mark.parametrize("command", [["prune", "--keep", "0"], ["clear"], ["clear", "--kernel", "scale"]])
+def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(three_builds, fresh_cache, monkeypatch,
+                                                                            capsys, command):
+    """A read-only mount (EROFS on every rename in the cache; chmod would not stop root)."""
+    import errno
+    import shutil
+
+    from kernkit.tools import cli
+
+    shutil.copytree(three_builds, fresh_cache)
+    builds = sorted(p.parent for p in fresh_cache.glob("v2/scale/*/*/lib.so"))
+    real = os.rename
+
+    def read_only(src, dst, *args, **kwargs):
+        if str(fresh_cache) in str(src):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(src))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", read_only)
+    assert cli.main(["cache", *command]) == 1
+    out = capsys.readouterr().out
+    assert sorted(line.removeprefix("NOT REMOVED ") for line in out.splitlines()
+                  if line.startswith("NOT REMOVED")) == [str(b) for b in builds]
+    assert out.splitlines()[-1].startswith("removed 0 builds") and "3 could not be removed" in out
+    assert all((b / "lib.so").is_file() for b in builds)
+    monkeypatch.setattr(os, "rename", real)
+    assert cli.main(["cache", *command]) == 0
+    assert "removed 3 builds" in capsys.readouterr().out and not list(fresh_cache.glob("v2/scale/*/*/lib.so"))
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "-3"])
+def test_prune_refuses_a_number_of_days_that_is_not_one(fresh_cache, capsys, days):
+    from kernkit.tools import cache as tool
+    from kernkit.tools import cli
+
+    with pytest.raises(tool.ArchiveError, match=rf"a number of days >= 0, got '{days}'"):
+        tool.parse_date(days)
+    assert cli.main(["cache", "prune", "--older-than", days]) == 2
+    assert "--older-than takes a date" in capsys.readouterr().err
+
+
+def test_an_archive_entrys_escape_codes_are_printed_escaped(three_builds, tmp_path, monkeypatch, capsys):
+    """A title that would clear the terminal (``ESC [2J``) and rewrite the line before it."""
+    import io
+    import tarfile
+
+    from kernkit.tools import cache as tool
+    from kernkit.tools import cli
+
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(three_builds))
+    tool.export_builds(tmp_path / "x.tar.gz")
+    with tarfile.open(tmp_path / "x.tar.gz") as src, tarfile.open(tmp_path / "y.tar.gz", "w:gz") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member).read()
+            if member.name == "index.json":
+                index = json.loads(data)
+                index["builds"][0].update(title="\x1b[2J\rscale ok", sha256="0" * 64)
+                data = json.dumps(index).encode()
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    assert cli.main(["cache", "import", str(tmp_path / "y.tar.gz")]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\r" not in out
+    assert "REFUSED" in out and r"\x1b[2J\rscale ok" in out

@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -110,55 +111,72 @@ def shared_roots() -> list[Path]:
     return [d.absolute() / LAYOUT for d in shared_dirs()]
 
 
-def clear(kernel: str | None = None) -> int:
+def clear(kernel: str | None = None) -> tuple[int, list[Path]]:
     """Remove the published builds and kept failures (``.failed/<name>-<key16>``) of ``kernel``,
     or all of them; ``.locks`` and ``.staging`` (builds in progress) stay.
 
     Returns
     -------
-    The number of published builds removed.
+    ``(removed, left)``: the number of published builds removed, and the directories (builds,
+    kept failures) that could not be removed (a read-only cache).
     """
     top = root()
-    count = len(published(kernel))
+    builds = [path for path, _ in published(kernel)]
     kernels = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")] if top.is_dir() else []
     failed = list((top / ".failed").iterdir()) if (top / ".failed").is_dir() else []
+    kept_failures = []
     for path in kernels + failed:
         if kernel is None or (path.name if path in kernels else path.name.rsplit("-", 1)[0]) == kernel:
-            discard(path)
-    return count
+            if not discard(path) and path in failed:
+                kept_failures.append(path)
+    left = [b for b in builds if os.path.lexists(b)]
+    return len(builds) - len(left), left + kept_failures
 
 
-def prune(keep: int | None = None, before: float | None = None) -> int:
+def prune(keep: int | None = None, before: float | None = None) -> tuple[int, list[Path]]:
     """Remove published builds: each kernel's beyond its newest ``keep``, and any built before
     ``before`` (seconds since the epoch). Builds in progress and locks stay.
 
     Returns
     -------
-    The number of builds removed.
+    ``(removed, left)``: the number of builds removed, and those that could not be (a
+    read-only cache).
     """
     by_kernel: dict[str, list[tuple[float, Path]]] = {}
     for path, meta in published():
         by_kernel.setdefault(path.parent.parent.name, []).append((meta.get("built_at", 0), path))
-    removed = 0
+    removed, left = 0, []
     for builds in by_kernel.values():
         builds.sort(reverse=True)
         for rank, (built_at, path) in enumerate(builds):
             if (keep is not None and rank >= keep) or (before is not None and built_at < before):
-                discard(path)
-                removed += 1
-    return removed
+                if discard(path):
+                    removed += 1
+                else:
+                    left.append(path)
+    return removed, left
 
 
 def parse_date(text: str) -> float:
-    """``2026-11-01`` (midnight, local time) or a number of days ago, as seconds since the epoch."""
+    """``2026-11-01`` (midnight, local time) or a number of days ago (finite, >= 0), as seconds
+    since the epoch."""
     try:
-        return time.time() - float(text) * 86400
+        days = float(text)
     except ValueError:
-        pass
+        days = None
+    if days is not None and math.isfinite(days) and days >= 0:
+        return time.time() - days * 86400
     try:
         return time.mktime(time.strptime(text, "%Y-%m-%d"))
     except ValueError:
-        raise ArchiveError(f"--older-than takes a date (2026-11-01) or a number of days, got {text!r}") from None
+        raise ArchiveError(f"--older-than takes a date (2026-11-01) or a number of days >= 0, got {text!r}") from None
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a terminal's escape sequences, a
+    newline) written as its Python escape, for a line that names what an archive or a record
+    says."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class ArchiveError(ValueError):
@@ -384,17 +402,27 @@ def _age(seconds: float) -> str:
     return f"{max(seconds, 0):.0f}s"
 
 
+def _report_removal(n: int, left: list[Path], which: str) -> int:
+    """Print what ``clear`` or ``prune`` removed and each directory it could not remove; the
+    exit status: 1 when something could not be removed, else 0."""
+    for path in left:
+        print(f"NOT REMOVED {path}")
+    print(f"removed {n} build{'s' * (n != 1)}{which} from {root()}"
+          + (f"; {len(left)} could not be removed (is the cache writable?)" if left else ""))
+    return 1 if left else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """The ``cache`` subcommand: ``list`` (the default), ``clear [--kernel NAME]``, ``prune``,
-    ``export`` or ``import``; returns 1 when an import refused a build, else 0."""
+    ``export`` or ``import``; returns 1 when an import refused a build or ``clear``/``prune``
+    could not remove one, else 0."""
     if args.action == "prune":
         if args.keep is None and args.older_than is None:
             raise ArchiveError("cache prune needs --keep N or --older-than DATE")
         if args.keep is not None and args.keep < 0:
             raise ArchiveError(f"--keep takes a count >= 0, got {args.keep}")
-        n = prune(args.keep, parse_date(args.older_than) if args.older_than else None)
-        print(f"removed {n} build{'s' * (n != 1)} from {root()}")
-        return 0
+        n, left = prune(args.keep, parse_date(args.older_than) if args.older_than else None)
+        return _report_removal(n, left, "")
     if args.action == "export":
         n = export_builds(Path(args.archive), args.manifest)
         print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {sha256(args.archive)} "
@@ -404,15 +432,14 @@ def run(args: argparse.Namespace) -> int:
         before = {path for path, _ in published()}
         done, refused = import_builds(Path(args.archive), args.arch, args.expect_sha256)
         for line in refused:
-            print(f"REFUSED {line}")
+            print(f"REFUSED {printable(line)}")
         new = len({path for path, _ in published()} - before)
         present = f" ({len(done) - new} already present)" if len(done) > new else ""
         print(f"imported {new} build{'s' * (new != 1)} into {root()}{present}, refused {len(refused)}")
         return 1 if refused else 0
     if args.action == "clear":
-        n = clear(args.kernel)
-        print(f"removed {n} build{'s' * (n != 1)}{f' of {args.kernel}' if args.kernel else ''} from {root()}")
-        return 0
+        n, left = clear(args.kernel)
+        return _report_removal(n, left, f" of {args.kernel}" if args.kernel else "")
     # The local cache, then the shared ones (KERNKIT_CACHE_SHARED), which loads search first.
     now, shared = time.time(), shared_roots()
     rows = [("SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE", *(("CACHE",) if shared else ()))]

@@ -320,3 +320,27 @@ def test_an_archive_entrys_escape_codes_are_printed_escaped(three_builds, tmp_pa
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\r" not in out
     assert "REFUSED" in out and r"\x1b[2J\rscale ok" in out
+
+
+# --------------------------------------------------------------------------------------------
+# Messages that name the variable
+
+
+def test_a_record_file_that_is_not_a_manifest_names_kernkit_record(scale_cold, tmp_path, monkeypatch):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not json\n")
+    monkeypatch.setenv("KERNKIT_RECORD", str(notes))
+    with pytest.raises(manifest.ManifestError, match=rf"^KERNKIT_RECORD={notes} names a file that is not a manifest "
+                                                     rf"to record into: cannot read the manifest {notes}"):
+        ops.scale(torch.ones(4), 2.0)
+    assert notes.read_text() == "not json\n"
+
+
+def test_a_frozen_compile_that_cannot_be_counted_is_a_cache_dir_error(scale_cold, monkeypatch):
+    from kernkit.jit import CacheDirError
+
+    (scale_cold / "v2" / "frozen-compiles.jsonl").mkdir(parents=True)  # cannot be appended to
+    monkeypatch.setenv("KERNKIT_FREEZE", "warn")
+    with pytest.raises(CacheDirError, match=r"cannot count a frozen compile in frozen-compiles.jsonl in its cache "
+                                            r"directory .*point KERNKIT_CACHE_DIR at a writable directory"):
+        ops.scale(torch.ones(4), 2.0)

@@ -420,8 +420,11 @@ def note_frozen_compile(entry: dict) -> None:
     """Append one compile done while frozen with ``warn`` to ``frozen-compiles.jsonl`` (one
     ``write`` of one line, so lines of concurrent processes do not interleave)."""
     ensure_dir(root())
-    with open(root() / "frozen-compiles.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
+    try:
+        with open(root() / "frozen-compiles.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+    except OSError as e:
+        raise dir_problem(root(), "count a frozen compile in frozen-compiles.jsonl", e) from e
 
 
 def frozen_compiles() -> list[dict]:

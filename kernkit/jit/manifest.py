@@ -57,7 +57,11 @@ def record(spec) -> None:
 
     path = Path(target)
     with filelock.FileLock(str(path) + ".lock"):
-        requests = read(path) if path.exists() else []
+        try:
+            requests = read(path) if path.exists() else []
+        except ManifestError as e:
+            raise ManifestError(f"{RECORD_VAR}={target} names a file that is not a manifest to record into: {e}; "
+                                f"point {RECORD_VAR} at a manifest or a new file, or unset it") from None
         if entry not in {_identity(r) for r in requests}:
             requests.append(req)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -97,7 +97,7 @@ def _control(text: str) -> bool:
     return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
 
 
-def check_request(req: object, extra_flags: bool = True) -> dict:
+def _check_request(req: object, extra_flags: bool = True) -> dict:
     """``req`` if it is a whole, well-formed request, else ``ValueError`` naming the field:
     ``marker`` a non-empty list of strings, the file and flag fields lists of strings, the
     wrappers lists of ``[name, symbol]`` pairs, ``backend`` and ``arch`` a string or null, and
@@ -144,7 +144,7 @@ def _title(req: object) -> str:
 def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool = True) -> list:
     """The ``JitSpec`` of each request of a manifest; a CUDA request (nvcc, nvrtc) once per
     architecture of ``archs`` when given, else for the one it was recorded with. Every request
-    is checked (``check_request``) before any spec is made, so a manifest is refused whole.
+    is checked (``_check_request``) before any spec is made, so a manifest is refused whole.
 
     Parameters
     ----------
@@ -169,7 +169,7 @@ def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool 
     requests = read(path)
     for i, req in enumerate(requests):
         try:
-            check_request(req, extra_flags)
+            _check_request(req, extra_flags)
         except ValueError as e:
             raise ManifestError(f"{path}: request {i + 1}{_title(req)} is refused: {e}") from None
     out = []

@@ -170,6 +170,9 @@ def test_a_shared_cache_that_is_not_a_directory_is_warned_about_once(tmp_path, m
     afile, missing = tmp_path / "a-file", tmp_path / "not-mounted"
     afile.write_text("")
     monkeypatch.setattr(config, "_not_shared", set())
+    for empty in ("", os.pathsep, " "):  # no entry: nothing searched (not the working directory)
+        monkeypatch.setenv("KERNKIT_CACHE_SHARED", empty)
+        assert config.shared_dirs() == []
     monkeypatch.setenv("KERNKIT_CACHE_SHARED", f"{afile}{os.pathsep}{missing}")
     monkeypatch.setenv("KERNKIT_JIT", "off")
     with pytest.warns(RuntimeWarning) as seen:

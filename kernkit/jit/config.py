@@ -45,10 +45,12 @@ def shared_dirs() -> list[Path]:
     entry that is not one (missing, a file) is left out with a warning, once per process."""
     out = []
     for d in os.environ.get(SHARED_VAR, "").split(os.pathsep):
+        if not d.strip():
+            continue
         path = Path(d).expanduser()
         if path.is_dir():
             out.append(path)
-        elif d.strip() and d not in _not_shared:
+        elif d not in _not_shared:
             _not_shared.add(d)
             warnings.warn(f"kernkit: {SHARED_VAR} names {d!r}, which is {'not a directory' if path.exists() else 'missing'}"
                           "; it is not searched", RuntimeWarning, stacklevel=2)

@@ -40,20 +40,24 @@ def cache_dir() -> Path:
 _not_shared: set[str] = set()
 
 
+def shared_entries() -> list[Path]:
+    """Every cache root ``KERNKIT_CACHE_SHARED`` names, in order, directory or not (``doctor``
+    reports the ones that are not); an empty entry names none."""
+    return [Path(d).expanduser() for d in os.environ.get(SHARED_VAR, "").split(os.pathsep) if d.strip()]
+
+
 def shared_dirs() -> list[Path]:
     """The read-only cache roots of ``KERNKIT_CACHE_SHARED`` that are directories, in order; an
     entry that is not one (missing, a file) is left out with a warning, once per process."""
     out = []
-    for d in os.environ.get(SHARED_VAR, "").split(os.pathsep):
-        if not d.strip():
-            continue
-        path = Path(d).expanduser()
+    for path in shared_entries():
         if path.is_dir():
             out.append(path)
-        elif d not in _not_shared:
-            _not_shared.add(d)
-            warnings.warn(f"kernkit: {SHARED_VAR} names {d!r}, which is {'not a directory' if path.exists() else 'missing'}"
-                          "; it is not searched", RuntimeWarning, stacklevel=2)
+        elif str(path) not in _not_shared:
+            _not_shared.add(str(path))
+            warnings.warn(f"kernkit: {SHARED_VAR} names {str(path)!r}, which is "
+                          f"{'not a directory' if path.exists() else 'missing'}; it is not searched",
+                          RuntimeWarning, stacklevel=2)
     return out
 
 

@@ -44,7 +44,7 @@ from ..jit.arch import ArchError, CudaArch, target_arch
 from ..jit.backends import LIB_NAME, PACKAGE_ROOT
 from ..jit.cache import (LAYOUT, CacheDirError, CorruptBuildError, check_record, discard, file_record, find,
                          publish, read_build, root, sha256, staging_dir)
-from ..jit.config import SHARED_VAR, shared_dirs
+from ..jit.config import SHARED_VAR, shared_entries
 from ..jit.spec import JitSpec
 
 #: The archive's layout version (its ``index.json``).
@@ -108,7 +108,7 @@ def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[
 
 def shared_roots() -> list[Path]:
     """The ``v2`` directories of the read-only caches of ``KERNKIT_CACHE_SHARED``, in search order."""
-    return [d.absolute() / LAYOUT for d in shared_dirs()]
+    return [d.absolute() / LAYOUT for d in shared_entries()]
 
 
 def clear(kernel: str | None = None) -> tuple[int, list[Path]]:

@@ -7,7 +7,8 @@
 /// becomes (x * cos - y * sin, y * cos + x * sin) with `cos = cos_sin_cache[pos][i]` and
 /// `sin = cos_sin_cache[pos][kRotDim / 2 + i]`. The elements after `kRotDim` are neither read nor
 /// written. A token whose position is negative or not below the cache's rows is skipped: its q
-/// and k are left as they are, and the cache is not read for it.
+/// and k keep their values (the kernel stores back the bytes it read), and the cache is not read
+/// for it.
 ///
 /// Rounding: every product is an fp32 multiply rounded once (`__fmul_rn`), the difference and the
 /// sum one fp32 add rounded once (`__fsub_rn`, `__fadd_rn`), no fused multiply-add; the fp32

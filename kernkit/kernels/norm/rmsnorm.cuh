@@ -390,7 +390,7 @@ constexpr int64_t kHoldWeightRegisters = 112;
 /// \brief Whether the kernels hold the weight for `n` rows: below `kHoldWeightRows`, and only
 /// while the grid fits on the GPU at once at the registers holding takes: a second wave costs
 /// more than the weight's round trip (hidden 16384 at 256 rows, one CTA an SM:
-/// `benchmark/results/sglang-h200-2026-12-02.md`).
+/// `benchmark/results/sglang-h200-2026-12-02-bb7d6b1.md`).
 /// \tparam Layout A `NormLayout`.
 /// \param n Rows.
 /// \param device The tensors' device.

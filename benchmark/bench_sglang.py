@@ -11,8 +11,8 @@ the ops both have.
   neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
   of 131072 rows (as sglang's benchmark builds it).
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
-  in place), store_cache and rope, plus kernkit's bare module call (the launcher without the
-  Python layer).
+  in place), store_cache and rope, plus each library's bare module call for rmsnorm (the
+  launcher without the Python layer).
 
 Times are CUDA-graph medians per call with inputs rotated beyond the L2 (``common``). sglang's
 jit_kernel is used when importable: from an installed sglang, or from a tree holding only
@@ -193,8 +193,10 @@ def bench_host(sgl) -> list[str]:
         "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
     }
     if sgl is not None:
+        sgl_module = sgl.norm._jit_rmsnorm_module(4096, bf16)
         fns.update({
             "rmsnorm into out: sglang": lambda: sgl.norm.rmsnorm(x, w, out, EPS),
+            "rmsnorm into out: sglang, bare module call": lambda: sgl_module.rmsnorm(x, w, out, EPS),
             "rmsnorm in place: sglang": lambda: sgl.norm.rmsnorm(out, w, out, EPS),
             "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
             "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),

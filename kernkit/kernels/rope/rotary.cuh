@@ -22,7 +22,7 @@
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
-#include <kernkit/vec.cuh>  // AlignedVector
+#include <kernkit/vec.cuh>  // AlignedVector, element_fp32
 
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
@@ -183,13 +183,15 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
       KERNKIT_UNROLL
       for (int i = 0; i < kPairs; ++i) {
         // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x.
-        T& xe = kIsNeox ? xv[i / kAccess][i % kAccess] : xv[(2 * i) / kAccess][(2 * i) % kAccess];
-        T& ye = kIsNeox ? yv[i / kAccess][i % kAccess] : xv[(2 * i + 1) / kAccess][(2 * i + 1) % kAccess];
-        float xf = device::cast<fp32_t>(xe);
-        float yf = device::cast<fp32_t>(ye);
+        vec_t& xvec = kIsNeox ? xv[i / kAccess] : xv[(2 * i) / kAccess];
+        vec_t& yvec = kIsNeox ? yv[i / kAccess] : xv[(2 * i + 1) / kAccess];
+        const int xk = kIsNeox ? i % kAccess : (2 * i) % kAccess;
+        const int yk = kIsNeox ? i % kAccess : (2 * i + 1) % kAccess;
+        float xf = device::element_fp32(xvec, xk);
+        float yf = device::element_fp32(yvec, yk);
         device::rope::rotate(xf, yf, c[i], s[i]);
-        xe = device::cast<T>(xf);
-        ye = device::cast<T>(yf);
+        xvec[xk] = device::cast<T>(xf);
+        yvec[yk] = device::cast<T>(yf);
       }
     }
     KERNKIT_UNROLL

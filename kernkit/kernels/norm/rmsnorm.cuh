@@ -17,7 +17,7 @@
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
 #include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
-#include <kernkit/vec.cuh>  // AlignedVector
+#include <kernkit/vec.cuh>  // AlignedVector, element_fp32
 #include <kernkit/warp.cuh>  // warp::reduce_sum
 
 #include <tvm/ffi/container/tensor.h>
@@ -124,6 +124,37 @@ KERNKIT_DEVICE float tree_sum(float (&acc)[kN]) {
   return acc[0];
 }
 
+/// \brief Element `k` of a thread's vector in fp32 (exact), in the form that measured faster for
+/// each variant of the kernels (H200, bf16, `benchmark/results/tuning-h200-2026-12-02.md`).
+/// Holding the weight (few rows, where a row's time is its instruction count on one SM):
+/// word-wise (`element_fp32`), which drops a byte permute per odd element (a thread of hidden
+/// 8192: 542 -> 496 instructions; one row of 5120: 1.44 -> 1.27 us). Loading it after the
+/// reduction (many rows): element-wise, with which ptxas schedules the weight's loads better
+/// (1024 rows of 4096: 6.10 against 6.98 us word-wise).
+/// \tparam kWordwise Word-wise, else element-wise.
+/// \param v The vector.
+/// \param k The element's index.
+template <bool kWordwise, typename V>
+KERNKIT_DEVICE float value_fp32(const V& v, int32_t k) {
+  if constexpr (kWordwise) {
+    return element_fp32(v, k);
+  } else {
+    return cast<fp32_t>(v[k]);
+  }
+}
+
+/// \brief `acc = acc + x * x`, each step rounded as IEEE fp32. With `kSkipFirst`, a thread's
+/// first vector (`i == 0`) sets `acc = x * x`: the same value as `+0 + x * x` (a square is `+0`
+/// or more, or NaN), without the add; taken with `value_fp32`'s word-wise form, as measured.
+/// \tparam kSkipFirst Whether to drop the first add.
+/// \param acc The running sum, `+0` before the first vector.
+/// \param x The element.
+/// \param i The index of the thread's vector (a constant once the loop is unrolled).
+template <bool kSkipFirst>
+KERNKIT_DEVICE void add_square(float& acc, float x, int32_t i) {
+  acc = kSkipFirst && i == 0 ? __fmul_rn(x, x) : __fadd_rn(acc, __fmul_rn(x, x));
+}
+
 /// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
 /// \tparam kHidden Elements per row.
 /// \param sum_sq The row's sum of squares.
@@ -175,9 +206,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // `x` may be what the previous kernel wrote: wait before the first load.
   device::PDLWaitPrimary<kUsePDL>();
 
-  // Holding the weight too takes 80-96 registers a thread (48-52 without), which halves the
-  // bytes in flight of a full GPU; loading it after the reduction costs a round trip, 0.4 us of
-  // a call of a few rows (H200). The launcher picks.
+  // Loading the weight after the reduction costs a round trip, 0.4 us of a call of a few rows
+  // (H200); the launcher picks (`host::norm::hold_weight`).
   vec_t v[Layout::kPerThread];
   vec_t w[Layout::kPerThread];
   float acc[Layout::kVecN] = {};
@@ -194,8 +224,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = device::cast<fp32_t>(v[i][k]);
-          acc[k] = __fadd_rn(acc[k], __fmul_rn(f, f));
+          device::norm::add_square<kHoldWeight>(acc[k], device::norm::value_fp32<kHoldWeight>(v[i], k), i);
         }
       }
     }
@@ -213,8 +242,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float xr = __fmul_rn(device::cast<fp32_t>(v[i][k]), r);
-          y[k] = device::cast<T>(__fmul_rn(xr, device::cast<fp32_t>(w[i][k])));
+          const float xr = __fmul_rn(device::norm::value_fp32<kHoldWeight>(v[i], k), r);
+          y[k] = device::cast<T>(__fmul_rn(xr, device::norm::value_fp32<kHoldWeight>(w[i], k)));
         }
         y.store(dst, j);
       }
@@ -272,9 +301,9 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || j < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = __fadd_rn(device::cast<fp32_t>(a[i][k]), device::cast<fp32_t>(b[i][k]));
+          const float f = __fadd_rn(device::norm::value_fp32<kHoldWeight>(a[i], k), device::norm::value_fp32<kHoldWeight>(b[i], k));
           s[i][k] = f;
-          acc[k] = __fadd_rn(acc[k], __fmul_rn(f, f));
+          device::norm::add_square<kHoldWeight>(acc[k], f, i);
           b[i][k] = device::cast<T>(f);
         }
         b[i].store(rr, j);
@@ -293,7 +322,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::cast<fp32_t>(w[i][k])));
+          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::norm::value_fp32<kHoldWeight>(w[i], k)));
         }
         y.store(xr, j);
       }
@@ -379,13 +408,12 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
 /// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
 /// H200, bf16, rmsnorm (held against loaded after): up to 256 rows holding saves 0.4-0.5 us;
 /// from 1024 rows neither wins everywhere (1024 rows: 6.13 against 5.73 us at hidden 4096, 7.50
-/// against 7.79 at 5120; 16384 rows: 65.8 against 67.9 at 4096, 88.5 against 83.3 at 5120), and
-/// loading after takes half the registers.
+/// against 7.79 at 5120; 16384 rows: 65.8 against 67.9 at 4096, 88.5 against 83.3 at 5120).
 constexpr int64_t kHoldWeightRows = 1024;
 
-/// \brief About the registers a thread of a kernel that holds the weight takes (ptxas, sm_90a,
-/// bf16: 80 to 117 from hidden 4096 to 16384).
-constexpr int64_t kHoldWeightRegisters = 112;
+/// \brief About the most registers a thread of a kernel that holds the weight takes (ptxas,
+/// sm_90a, hidden 1024 to 16384: rmsnorm 47 to 63, fused_add_rmsnorm 62 to 72).
+constexpr int64_t kHoldWeightRegisters = 72;
 
 /// \brief Whether the kernels hold the weight for `n` rows: below `kHoldWeightRows`, and only
 /// while the grid fits on the GPU at once at the registers holding takes: a second wave costs

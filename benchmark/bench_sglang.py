@@ -11,8 +11,8 @@ the ops both have.
   neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
   of 131072 rows (as sglang's benchmark builds it).
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
-  in place), store_cache and rope, plus each library's bare module call for rmsnorm (the
-  launcher without the Python layer).
+  in place, and into ``out`` under inference mode), store_cache and rope, plus each library's
+  bare module call for rmsnorm (the launcher without the Python layer).
 
 Times are CUDA-graph medians per call with inputs rotated beyond the L2 (``common``). sglang's
 jit_kernel is used when importable: from an installed sglang, or from a tree holding only
@@ -201,9 +201,16 @@ def bench_host(sgl) -> list[str]:
             "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
             "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),
         })
-    us = common.host_us(fns)
+    us = common.host_us(fns, rounds=41)
+    # A server runs its forward pass under inference mode, on inference tensors.
+    with torch.inference_mode():
+        xi, wi, oi = x.clone(), w.clone(), out.clone()
+        fns = {"rmsnorm into out, inference mode: kernkit": lambda: ops.rmsnorm(xi, wi, EPS, out=oi)}
+        if sgl is not None:
+            fns["rmsnorm into out, inference mode: sglang"] = lambda: sgl.norm.rmsnorm(xi, wi, oi, EPS)
+        us.update(common.host_us(fns, rounds=41))
     rows = [[name, t] for name, t in sorted(us.items())]
-    return ["## eager host cost per call (us; best of 15 rounds of 2000 calls)", "",
+    return ["## eager host cost per call (us; best of 41 rounds of 2000 calls)", "",
             *common.markdown_table(["call", "us"], rows), ""]
 
 

@@ -222,7 +222,10 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
         return f"({name} is not None and ({t}))" if name in optional else t
 
     read = [n for n in tensors if n not in written]
-    tests = [test(n, f"{n}.requires_grad or {n}.is_inference() or {n}.is_neg()" if n in written else f"{n}.is_neg()")
+    # True exactly where ``refuse`` raises or warns, so that a call under inference mode (whose
+    # tensors are inference tensors) or no_grad stays on this path.
+    tests = [test(n, f"({n}.requires_grad and grad_enabled()) or ({n}.is_inference() and not inference_mode()) "
+                     f"or {n}.is_neg()" if n in written else f"{n}.is_neg()")
              for n in tensors]
     if read:  # an input that requires grad: only under grad mode (a Parameter under no_grad passes)
         tests.append(f"(({' or '.join(test(n, f'{n}.requires_grad') for n in read)}) and grad_enabled())")
@@ -241,6 +244,7 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
          f"{bumps}    return result\n",
          dict(scope, is_compiling=torch.compiler.is_compiling, traced=traced, fn=fn, ERRORS=_ERRORS,
               name_error=name_error, grad_enabled=torch.is_grad_enabled,
+              inference_mode=torch.is_inference_mode_enabled,
               refuse=functools.partial(_refuse, op=fn.__name__, written=written, warned=set()),
               # what torch.autograd.graph.increment_version calls, without its Python frame
               bump=torch._C._increment_version), scope)

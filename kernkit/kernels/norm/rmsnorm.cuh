@@ -129,8 +129,8 @@ KERNKIT_DEVICE float tree_sum(float (&acc)[kN]) {
 /// Holding the weight (few rows, where a row's time is its instruction count on one SM):
 /// word-wise (`element_fp32`), which drops a byte permute per odd element (a thread of hidden
 /// 8192: 542 -> 496 instructions; one row of 5120: 1.44 -> 1.27 us). Loading it after the
-/// reduction (many rows): element-wise, with which ptxas schedules the weight's loads better
-/// (1024 rows of 4096: 6.10 against 6.98 us word-wise).
+/// reduction (many rows): element-wise, which measured faster there (1024 rows of 4096: 6.10
+/// against 6.98 us word-wise; the cause was not found).
 /// \tparam kWordwise Word-wise, else element-wise.
 /// \param v The vector.
 /// \param k The element's index.

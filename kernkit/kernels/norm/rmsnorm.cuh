@@ -301,7 +301,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || j < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = __fadd_rn(device::norm::value_fp32<kHoldWeight>(a[i], k), device::norm::value_fp32<kHoldWeight>(b[i], k));
+          const float f = __fadd_rn(device::norm::value_fp32<kHoldWeight>(a[i], k),
+                                    device::norm::value_fp32<kHoldWeight>(b[i], k));
           s[i][k] = f;
           device::norm::add_square<kHoldWeight>(acc[k], f, i);
           b[i][k] = device::cast<T>(f);

@@ -301,6 +301,27 @@ def test_writes_torch_refuses_are_refused(via, what):
     assert torch.equal(frozen, torch.full((4, 8), 100.0))
 
 
+def test_the_refusal_path_runs_only_where_it_refuses_or_warns(monkeypatch):
+    """The per-call test sends a call to the slow path (``_refuse``, which raises or warns) only
+    where it would raise or warn: a server's calls under inference mode (inference tensors) and
+    under no_grad (a weight that requires grad, written or read) stay on the fast path, and
+    the op still writes."""
+    calls = []
+    slow = ops.scale.__globals__["refuse"]  # the generated wrapper's own scope
+    monkeypatch.setitem(ops.scale.__globals__, "refuse", lambda *a, **k: calls.append(1) or slow(*a, **k))
+    with torch.inference_mode():
+        src, out = torch.ones(4, 8), torch.zeros(4, 8)
+        ops.scale(src, 2.0, out=out)
+    assert calls == [] and torch.equal(out, torch.full((4, 8), 2.0))
+    leaf, param = torch.zeros(4, 8, requires_grad=True), torch.ones(4, 8, requires_grad=True)
+    with torch.no_grad():
+        ops.scale(param, 3.0, out=leaf)
+    assert calls == [] and torch.equal(leaf.detach(), torch.full((4, 8), 3.0))
+    with pytest.raises(RuntimeError, match=r"^'out': is an inference tensor"):
+        ops.scale(torch.ones(4, 8), 2.0, out=out)
+    assert calls == [1] and torch.equal(out, torch.full((4, 8), 2.0))
+
+
 def test_negative_bit_is_refused_by_the_op_and_resolved_by_torch_ops():
     """torch's lazy negation (z.conj().imag) is not in DLPack: the plain op refuses it, naming
     the argument, and writes nothing; through torch.ops torch's own fallback resolves an input

@@ -123,20 +123,44 @@ def _butterfly(v: torch.Tensor, width: int) -> torch.Tensor:
     return v
 
 
+def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``a * b + c`` of fp32 tensors with one rounding to fp32, as ``__fmaf_rn``. The product is
+    exact in float64 (2 * 24 <= 53 bits); the sum is rounded to odd (TwoSum gives its error, and
+    an inexact sum with an even last bit steps one float64 toward the exact value), and a value
+    rounded to odd with 53 >= 24 + 2 bits rounds to fp32 as the exact one would. Finite values
+    whose exact result fits float64; an infinite or NaN result is the one float64 gives."""
+    p = a.double() * b.double()
+    cd = c.double()
+    s = p + cd
+    bb = s - p
+    e = (p - (s - bb)) + (cd - bb)  # s + e == p + c exactly
+    step = (e != 0) & (s.view(torch.int64) % 2 == 0) & s.isfinite()
+    s = torch.where(step, torch.nextafter(s, torch.where(e > 0, torch.inf, -torch.inf).double()), s)
+    return s.float()
+
+
+def rsqrt32(v: torch.Tensor) -> torch.Tensor:
+    """``1 / sqrt(v)`` of an fp32 tensor correctly rounded to fp32, as ``__frsqrt_rn``: the
+    float64 root and division, rounded to fp32 (correct for every fp32 input; test_norm.py checks
+    every input of [1, 4), to which scaling by powers of 4 reduces the others)."""
+    return (1.0 / torch.sqrt(v.double())).float()
+
+
 def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
-    """``1 / sqrt(sum(x**2) / hidden + eps)`` of each row of the fp32 ``[rows, hidden]`` tensor
-    ``xf``, with the kernel's fp32 operations in the kernel's order (each thread's squares summed
-    per vector position in order, those sums by a halving tree, then the butterfly within the row's group of lanes, or within each warp and then the
-    warps' sums in warp order); shaped ``[rows, 1]``."""
+    """``1 / sqrt(sum(x**2) * (1 / hidden) + eps)`` of each row of the fp32 ``[rows, hidden]``
+    tensor ``xf``, with the kernel's fp32 operations in the kernel's order (each thread's squares
+    summed per vector position in order, each by a fused multiply-add; those sums by a halving
+    tree; then the butterfly within the row's group of lanes, or within each warp and then the
+    warps' sums in warp order; then one fused multiply-add and the correctly rounded reciprocal
+    root); shaped ``[rows, 1]``."""
     rows, hidden = xf.shape
     vec, threads, per_thread = _norm_layout(itemsize, hidden)
     padded = torch.zeros(rows, per_thread * threads * vec, dtype=torch.float32)
-    padded[:, :hidden] = xf
-    sq = padded * padded  # missing vectors add +0.0, which changes no sum of squares
-    sq = sq.view(rows, per_thread, threads, vec)
+    padded[:, :hidden] = xf  # missing vectors add +0.0, which changes no sum of squares
+    padded = padded.view(rows, per_thread, threads, vec)
     acc = torch.zeros(rows, threads, vec, dtype=torch.float32)
     for i in range(per_thread):  # each position of the vectors, in order (the kernel's acc[k])
-        acc = acc + sq[:, i]
+        acc = fma32(padded[:, i], padded[:, i], acc)
     w = vec // 2
     while w >= 1:  # tree_sum: acc[k] + acc[k + w], halving
         acc = acc[..., :w] + acc[..., w : 2 * w]
@@ -149,12 +173,9 @@ def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
         total = warps[:, :1]
         for i in range(1, threads // 32):  # the warps' sums added in warp order
             total = total + warps[:, i : i + 1]
+    inv_hidden = torch.ones((), dtype=torch.float32) / torch.tensor(float(hidden), dtype=torch.float32)
     eps32 = torch.tensor(eps, dtype=torch.float32)
-    mean = total / torch.full_like(total, float(hidden))  # an IEEE division, never a reciprocal
-    # torch's fp32 sqrt on the CPU is not always correctly rounded; the float64 root of an fp32
-    # value rounded to fp32 is (53 >= 2 * 24 + 2 bits), like the kernel's __fsqrt_rn.
-    root = torch.sqrt((mean + eps32).double()).float()
-    return torch.ones((), dtype=torch.float32) / root
+    return rsqrt32(fma32(total, inv_hidden.expand_as(total), eps32.expand_as(total)))
 
 
 def rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:

@@ -9,7 +9,9 @@ block), fp32 x 1000 (a block of 64 threads whose last vectors are missing)."""
 
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 
 import pytest
 import torch
@@ -67,6 +69,68 @@ def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden, rows):
     kernel_order.fused_add_rmsnorm(x1, r1, w, 1e-5)
     fused_add_rmsnorm(x2, r2, w, 1e-5)
     assert torch.equal(x2, x1) and torch.equal(r2, r1)
+
+
+def _nearest_fp32(exact: Fraction, got: torch.Tensor) -> bool:
+    """Whether the fp32 ``got`` is ``exact`` rounded to nearest, ties to even."""
+    y = got.item()
+    neighbours = [torch.nextafter(got, torch.tensor(d, dtype=torch.float32)).item() for d in (-math.inf, math.inf)]
+    err = abs(exact - Fraction(y))
+    for n in neighbours:
+        other = abs(exact - Fraction(n))
+        if other < err or (other == err and torch.tensor(n).view(torch.int32).item() % 2 == 0):
+            return False
+    return True
+
+
+def test_reference_fma32_rounds_once():
+    """``fma32`` (the reference's ``__fmaf_rn``) is ``a * b + c`` rounded once to fp32: random
+    triples, cancellation (``c = -a * b`` in fp32: the result is the product's rounding error),
+    and triples whose float64 sum lands on an fp32 tie that the exact value misses by 2**-46 of
+    half an ulp (``c`` with an odd last bit, ``a * b`` just under half its ulp), where rounding
+    the float64 sum to fp32 goes the wrong way."""
+    g = torch.Generator().manual_seed(5)
+    n = 1000
+    a = torch.randn(2 * n, generator=g) * torch.exp2(torch.randint(-20, 20, (2 * n,), generator=g).float())
+    b = torch.randn(2 * n, generator=g)
+    c = torch.cat([torch.randn(n, generator=g), -(a[n:] * b[n:])])
+    odd = (torch.randn(n, generator=g) * 100).view(torch.int32).bitwise_or(1).view(torch.float32)
+    half_ulp = torch.exp2(torch.frexp(odd).exponent.float() - 25)  # odd = m * 2**e, m in [0.5, 1)
+    a = torch.cat([a, half_ulp * (1 + 2.0**-23) * torch.sign(odd)])
+    b = torch.cat([b, torch.full((n,), 1 - 2.0**-23)])
+    c = torch.cat([c, odd])
+    got = kernel_order.fma32(a, b, c)
+    for i in range(3 * n):
+        exact = Fraction(a[i].item()) * Fraction(b[i].item()) + Fraction(c[i].item())
+        assert _nearest_fp32(exact, got[i]), (a[i].item(), b[i].item(), c[i].item())
+
+
+def test_reference_rsqrt32_is_correctly_rounded_for_every_fp32():
+    """``rsqrt32`` (the reference's and the emulator's ``__frsqrt_rn``: the float64 root and
+    division, rounded to fp32) is correctly rounded for every fp32 in [1, 4). Scaling an input
+    by 4**k scales the exact value, the float64 steps and the result by 2**-k exactly, so this
+    covers every positive fp32. Each result ``y`` is checked against the midpoints ``m`` to its
+    neighbours: ``1 / sqrt(v)`` lies between them iff ``m**2 * v`` and 1 compare the right way;
+    ``m**2`` is exact in float64 and the product is rounded once, so only products within
+    2**-50 of 1 need exact integers."""
+    lo = torch.tensor(1.0).view(torch.int32).item()
+    hi = torch.tensor(4.0).view(torch.int32).item()
+    v = torch.arange(lo, hi, dtype=torch.int32).view(torch.float32)
+    y = kernel_order.rsqrt32(v)
+    vd, yd = v.double(), y.double()
+    near = []
+    for toward, want_below_one in ((-math.inf, True), (math.inf, False)):
+        m = (yd + torch.nextafter(y, torch.tensor(toward)).double()) / 2  # exact: 25 bits
+        prod = m * m * vd  # m * m exact (50 bits), times v rounded once
+        close = (prod - 1).abs() <= 2.0**-50
+        assert ((prod < 1) == want_below_one)[~close].all()
+        near += [(m[i].item(), v[i].item(), want_below_one) for i in close.nonzero().flatten().tolist()]
+    for m, x, want_below_one in near:
+        assert (Fraction(m) ** 2 * Fraction(x) < 1) == want_below_one, (x, m)
+    specials = torch.tensor([0.0, -0.0, math.inf, -1.0, math.nan, 2.0**-149])
+    got = kernel_order.rsqrt32(specials)
+    assert got[0] == math.inf and got[1] == -math.inf and got[2] == 0 and got[3:5].isnan().all()
+    assert got[5] == kernel_order.rsqrt32(torch.tensor(2.0)) * 2.0**75  # the smallest subnormal, 2 / 4**75
 
 
 def test_rmsnorm_is_not_the_identity_or_unweighted():

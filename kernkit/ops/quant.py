@@ -39,8 +39,9 @@ def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
 def _outputs(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` (``out``, or fp8 shaped like ``x``, contiguous) and ``scales`` (fp32,
     ``[*x.shape[:-1], 1]``)."""
-    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device) if out is None else out
-    return q, torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    if out is None:  # empty_like: as norm's output, less Python time than torch.empty(x.shape, ...)
+        out = torch.empty_like(x, dtype=torch.float8_e4m3fn, memory_format=torch.contiguous_format)
+    return out, torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
 
 
 def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = QUANT_DTYPES,

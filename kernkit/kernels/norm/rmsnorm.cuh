@@ -143,27 +143,30 @@ KERNKIT_DEVICE float value_fp32(const V& v, int32_t k) {
   }
 }
 
-/// \brief `acc = acc + x * x`, each step rounded as IEEE fp32. With `kSkipFirst`, a thread's
-/// first vector (`i == 0`) sets `acc = x * x`: the same value as `+0 + x * x` (a square is `+0`
-/// or more, or NaN), without the add; taken with `value_fp32`'s word-wise form, as measured.
+/// \brief `acc = x * x + acc`, one fused multiply-add rounded as IEEE fp32. With `kSkipFirst`, a
+/// thread's first vector (`i == 0`) sets `acc = x * x`: the same value as `x * x + 0` (a square
+/// is `+0` or more, or NaN), without the add; taken with `value_fp32`'s word-wise form, as
+/// measured.
 /// \tparam kSkipFirst Whether to drop the first add.
 /// \param acc The running sum, `+0` before the first vector.
 /// \param x The element.
 /// \param i The index of the thread's vector (a constant once the loop is unrolled).
 template <bool kSkipFirst>
 KERNKIT_DEVICE void add_square(float& acc, float x, int32_t i) {
-  acc = kSkipFirst && i == 0 ? __fmul_rn(x, x) : __fadd_rn(acc, __fmul_rn(x, x));
+  acc = kSkipFirst && i == 0 ? __fmul_rn(x, x) : __fmaf_rn(x, x, acc);
 }
 
-/// \brief `1 / sqrt(sum_sq / kHidden + eps)`, each step rounded as IEEE fp32.
+/// \brief `1 / sqrt(sum_sq * (1 / kHidden) + eps)`: one fused multiply-add by the fp32 value
+/// nearest `1 / kHidden`, then the correctly rounded reciprocal root (`__frsqrt_rn`, not the
+/// approximate `rsqrtf`), 2 roundings where a division, a root and a division took 4.
 /// \tparam kHidden Elements per row.
 /// \param sum_sq The row's sum of squares.
 /// \param eps Added to the mean of squares.
 /// \return The reciprocal of the row's RMS.
 template <int64_t kHidden>
 KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
-  const float mean = __fdiv_rn(sum_sq, static_cast<float>(kHidden));
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  constexpr float kInvHidden = 1.0f / static_cast<float>(kHidden);
+  return __frsqrt_rn(__fmaf_rn(sum_sq, kInvHidden, eps));
 }
 
 }  // namespace norm
@@ -172,11 +175,11 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// \brief `out[r] = x[r] * inv_rms(x[r]) * weight`, per row, in fp32, rounded once to `T`.
 ///
 /// The sum of squares: each thread accumulates, for each position `k` of its 16-byte vectors,
-/// the squares at `k` of its vectors in order, then sums those `kVecN` partial sums by a fixed
-/// tree (`tree_sum`); each square and each sum is rounded, no fused multiply-add, so that torch
+/// the squares at `k` of its vectors in order, each by one fused multiply-add, then sums those
+/// `kVecN` partial sums by a fixed tree (`tree_sum`); every step is IEEE-rounded, so that torch
 /// can reproduce it (`tests/reference.py`). Then the row's threads combine their sums
-/// (`row_sum`). The product is `(x * inv_rms) * weight`, the order
-/// flashinfer's RMSNorm uses.
+/// (`row_sum`), and `inv_rms` gives the factor. The product is `(x * inv_rms) * weight`, the
+/// order flashinfer's RMSNorm uses.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kHoldWeight Whether the weight is loaded with the row and held across the reduction

@@ -52,11 +52,11 @@ def test_rmsnorm_within_the_stated_tolerance(dtype, hidden, lead):
 
 
 @pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
-@pytest.mark.parametrize("rows", [37, 1100], ids=lambda r: f"{r}rows")  # both sides of kHoldWeightRows
+@pytest.mark.parametrize("rows", [37, 1100], ids=lambda r: f"{r}rows")
 def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden, rows):
     """``tests/reference.py`` (``kernel_order``) repeats the kernel's fp32 operations in its order (what
     ``tools/kernel_hashes.py`` compares byte for byte): the emulator matches it exactly, for
-    rows of several magnitudes, with the weight held across the reduction (few rows) or not."""
+    rows of several magnitudes, few rows and many."""
     g = torch.Generator().manual_seed(hidden)
     mag = torch.exp2(torch.randint(-8, 9, (rows, 1), generator=g).float())
     x = (torch.randn(rows, hidden, generator=g) * mag).to(dtype)

@@ -5,24 +5,22 @@
 ///
 /// One thread group per row (`NormLayout`): a group of 1 to 32 lanes inside a warp for short
 /// rows, the whole block for long ones. Each thread loads its 16-byte vectors of the row once,
-/// keeps them in registers through the sum of squares, and writes the result from them, so a row
-/// is read once and written once. Every operation of the arithmetic is an IEEE-rounded intrinsic
+/// keeps them (and its vectors of the weight) in registers through the sum of squares, and writes
+/// the result from them, so a row is read once and written once. Every operation of the arithmetic is an IEEE-rounded intrinsic
 /// and the reduction is a fixed butterfly (then a fixed shared-memory step): the GPU and the CPU
 /// emulator produce the same bits.
 #pragma once
 
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
-#include <kernkit/runtime.cuh>  // runtime::get_sm_count
 #include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
-#include <kernkit/utils.h>  // div_ceil, KERNKIT_CHECK
+#include <kernkit/utils.h>  // KERNKIT_CHECK
 #include <kernkit/vec.cuh>  // AlignedVector, element_fp32
 #include <kernkit/warp.cuh>  // warp::reduce_sum
 
 #include <tvm/ffi/container/tensor.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -124,36 +122,14 @@ KERNKIT_DEVICE float tree_sum(float (&acc)[kN]) {
   return acc[0];
 }
 
-/// \brief Element `k` of a thread's vector in fp32 (exact), in the form that measured faster for
-/// each variant of the kernels (H200, bf16, `benchmark/results/tuning-h200-2026-12-02.md`).
-/// Holding the weight (few rows, where a row's time is its instruction count on one SM):
-/// word-wise (`element_fp32`), which drops a byte permute per odd element (a thread of hidden
-/// 8192: 542 -> 496 instructions; one row of 5120: 1.44 -> 1.27 us). Loading it after the
-/// reduction (many rows): element-wise, which measured faster there (1024 rows of 4096: 6.10
-/// against 6.98 us word-wise; the cause was not found).
-/// \tparam kWordwise Word-wise, else element-wise.
-/// \param v The vector.
-/// \param k The element's index.
-template <bool kWordwise, typename V>
-KERNKIT_DEVICE float value_fp32(const V& v, int32_t k) {
-  if constexpr (kWordwise) {
-    return element_fp32(v, k);
-  } else {
-    return cast<fp32_t>(v[k]);
-  }
-}
-
-/// \brief `acc = x * x + acc`, one fused multiply-add rounded as IEEE fp32. With `kSkipFirst`, a
-/// thread's first vector (`i == 0`) sets `acc = x * x`: the same value as `x * x + 0` (a square
-/// is `+0` or more, or NaN), without the add; taken with `value_fp32`'s word-wise form, as
-/// measured.
-/// \tparam kSkipFirst Whether to drop the first add.
-/// \param acc The running sum, `+0` before the first vector.
+/// \brief `acc = x * x + acc`, one fused multiply-add rounded as IEEE fp32; a thread's first
+/// vector (`i == 0`) sets `acc = x * x`, the same value as `x * x + 0` (a square is `+0` or
+/// more, or NaN) without the add.
+/// \param acc The running sum.
 /// \param x The element.
 /// \param i The index of the thread's vector (a constant once the loop is unrolled).
-template <bool kSkipFirst>
 KERNKIT_DEVICE void add_square(float& acc, float x, int32_t i) {
-  acc = kSkipFirst && i == 0 ? __fmul_rn(x, x) : __fmaf_rn(x, x, acc);
+  acc = i == 0 ? __fmul_rn(x, x) : __fmaf_rn(x, x, acc);
 }
 
 /// \brief `1 / sqrt(sum_sq * (1 / kHidden) + eps)`: one fused multiply-add by the fp32 value
@@ -182,8 +158,6 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// order flashinfer's RMSNorm uses.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
-/// \tparam kHoldWeight Whether the weight is loaded with the row and held across the reduction
-/// (one memory round trip less: few rows) or loaded after it (half the registers: many rows).
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \param out Row 0 of the output: `x` itself (in place; so neither is `__restrict__`), or
 /// memory `x` does not share.
@@ -193,7 +167,7 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// \param x_stride Elements between input rows.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kHoldWeight, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     rmsnorm_kernel(T* out, const T* x, const T* __restrict__ weight, int64_t out_stride,
                    int64_t x_stride, int64_t num_rows, float eps) {
@@ -209,14 +183,14 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // `x` may be what the previous kernel wrote: wait before the first load.
   device::PDLWaitPrimary<kUsePDL>();
 
-  // Loading the weight after the reduction costs a round trip, 0.4 us of a call of a few rows
-  // (H200); the launcher picks (`host::norm::hold_weight`).
+  // The weight is loaded with the row and held across the reduction: loaded after it, it
+  // would cost a memory round trip per call (benchmark/results/tuning-h200-2026-12-02.md).
   vec_t v[Layout::kPerThread];
   vec_t w[Layout::kPerThread];
   float acc[Layout::kVecN] = {};
   if (active) {
     device::norm::load_vecs<Layout>(v, src, lane);
-    if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+    device::norm::load_vecs<Layout>(w, weight, lane);
   }
   // The loads are issued: the next kernel may start launching now (its own wait still covers
   // this kernel's stores), which hides its launch behind this kernel's memory round trip.
@@ -227,7 +201,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          device::norm::add_square<kHoldWeight>(acc[k], device::norm::value_fp32<kHoldWeight>(v[i], k), i);
+          device::norm::add_square(acc[k], device::element_fp32(v[i], k), i);
         }
       }
     }
@@ -236,7 +210,6 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {
-    if constexpr (!kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
     T* dst = out + row * out_stride;
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
@@ -245,8 +218,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float xr = __fmul_rn(device::norm::value_fp32<kHoldWeight>(v[i], k), r);
-          y[k] = device::cast<T>(__fmul_rn(xr, device::norm::value_fp32<kHoldWeight>(w[i], k)));
+          const float xr = __fmul_rn(device::element_fp32(v[i], k), r);
+          y[k] = device::cast<T>(__fmul_rn(xr, device::element_fp32(w[i], k)));
         }
         y.store(dst, j);
       }
@@ -262,7 +235,6 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 /// here) for the normalization.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
-/// \tparam kHoldWeight As for rmsnorm_kernel.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \param x Row 0 of `x`: read, then overwritten with the normalized sum.
 /// \param residual Row 0 of `residual`: read, then overwritten with the sum.
@@ -271,7 +243,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 /// \param residual_stride Elements between rows of `residual`.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kHoldWeight, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     fused_add_rmsnorm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                              int64_t x_stride, int64_t residual_stride, int64_t num_rows, float eps) {
@@ -294,7 +266,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   if (active) {
     device::norm::load_vecs<Layout>(a, xr, lane);
     device::norm::load_vecs<Layout>(b, rr, lane);
-    if constexpr (kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
+    device::norm::load_vecs<Layout>(w, weight, lane);
   }
   device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_kernel
   if (active) {
@@ -304,10 +276,10 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || j < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = __fadd_rn(device::norm::value_fp32<kHoldWeight>(a[i], k),
-                                    device::norm::value_fp32<kHoldWeight>(b[i], k));
+          const float f = __fadd_rn(device::element_fp32(a[i], k),
+                                    device::element_fp32(b[i], k));
           s[i][k] = f;
-          device::norm::add_square<kHoldWeight>(acc[k], f, i);
+          device::norm::add_square(acc[k], f, i);
           b[i][k] = device::cast<T>(f);
         }
         b[i].store(rr, j);
@@ -318,7 +290,6 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
 
   if (active) {
-    if constexpr (!kHoldWeight) device::norm::load_vecs<Layout>(w, weight, lane);
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
       const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
@@ -326,7 +297,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::norm::value_fp32<kHoldWeight>(w[i], k)));
+          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::element_fp32(w[i], k)));
         }
         y.store(xr, j);
       }
@@ -409,30 +380,6 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
   return NormArgs{xr, orows, device};
 }
 
-/// \brief Below this many rows the kernels hold the weight across the reduction (`kHoldWeight`).
-/// H200, bf16, rmsnorm (held against loaded after): up to 256 rows holding saves 0.4-0.5 us;
-/// from 1024 rows neither wins everywhere (1024 rows: 6.13 against 5.73 us at hidden 4096, 7.50
-/// against 7.79 at 5120; 16384 rows: 65.8 against 67.9 at 4096, 88.5 against 83.3 at 5120).
-constexpr int64_t kHoldWeightRows = 1024;
-
-/// \brief About the most registers a thread of a kernel that holds the weight takes (ptxas,
-/// sm_90a, hidden 1024 to 16384: rmsnorm 47 to 63, fused_add_rmsnorm 62 to 72).
-constexpr int64_t kHoldWeightRegisters = 72;
-
-/// \brief Whether the kernels hold the weight for `n` rows: below `kHoldWeightRows`, and only
-/// while the grid fits on the GPU at once at the registers holding takes: a second wave costs
-/// more than the weight's round trip (hidden 16384 at 256 rows, one CTA an SM:
-/// `benchmark/results/sglang-h200-2026-12-02-bb7d6b1.md`).
-/// \tparam Layout A `NormLayout`.
-/// \param n Rows.
-/// \param device The tensors' device.
-template <typename Layout>
-inline bool hold_weight(int64_t n, DLDevice device) {
-  if (n >= kHoldWeightRows) return false;
-  const int64_t per_sm = std::max<int64_t>(1, 65536 / (Layout::kBlockThreads * kHoldWeightRegisters));
-  return div_ceil(n, static_cast<int64_t>(Layout::kRowsPerBlock)) <= per_sm * runtime::get_sm_count(device.device_id);
-}
-
 }  // namespace norm
 }  // namespace host
 
@@ -464,11 +411,9 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
   }
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  const auto kernel = norm::hold_weight<Layout>(n, a.device) ? rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                              : rmsnorm_kernel<T, kHidden, false, kUsePDL>;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(kernel, data_ptr<T>(out), data_ptr<const T>(x), data_ptr<const T>(weight),
-                           a.other.row_stride, a.x.row_stride, n, eps);
+      .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(out), data_ptr<const T>(x),
+                           data_ptr<const T>(weight), a.other.row_stride, a.x.row_stride, n, eps);
 }
 
 /// \brief Host launcher of `fused_add_rmsnorm_kernel`: verifies the tensors, launches one thread
@@ -492,11 +437,9 @@ void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tv
   check_no_overlap({{x, "x"}, {residual, "residual"}}, {{weight, "weight"}});
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  const auto kernel = norm::hold_weight<Layout>(n, a.device) ? fused_add_rmsnorm_kernel<T, kHidden, true, kUsePDL>
-                                                              : fused_add_rmsnorm_kernel<T, kHidden, false, kUsePDL>;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(kernel, data_ptr<T>(x), data_ptr<T>(residual), data_ptr<const T>(weight),
-                           a.x.row_stride, a.other.row_stride, n, eps);
+      .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(x), data_ptr<T>(residual),
+                           data_ptr<const T>(weight), a.x.row_stride, a.other.row_stride, n, eps);
 }
 
 }  // namespace kernkit

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from . import pch
+from . import pch, prebuilt
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: kernkit's C++ headers (``#include <kernkit/...>``).
@@ -51,7 +51,7 @@ NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relax
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
 #: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
 EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
-             "-DKERNKIT_EMU=1")
+             "-DKERNKIT_EMU=1", prebuilt.USE)
 #: What every emulator unit starts with (force-included): the emulator's runtime, then the
 #: third-party headers of ``pch.PRELUDE``, precompiled where ``pch.header`` has them.
 EMU_PRELUDE = "#include <kernkit/emu/runtime.h>\n"
@@ -151,6 +151,8 @@ class Backend:
     name = ""
     flags: tuple[str, ...] = ()
     unit = ""
+    #: Whether the CUDA unit links the prebuilt helper object (``prebuilt.py``).
+    prebuilt = False
 
     def compilers(self) -> list[str]:
         """Paths of the compilers a build needs (the host compiler first); found, never run.
@@ -199,6 +201,7 @@ class Emu(Backend):
     name = "emu"
     flags = EMU_FLAGS
     unit = "kernel_emu.cc"
+    prebuilt = True
 
     def compilers(self) -> list[str]:
         _cuda_home("the CPU emulator (it compiles against CUDA's headers)")
@@ -263,8 +266,26 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
         objs.append(f"{name}.o")
     out += steps
     objs += objects
+    if spec.cuda_files and backend.prebuilt:
+        out += prebuilt.stage(build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])), rules["cuda"])
+        objs.append(prebuilt.OBJECT)
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
     (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
+
+
+def _helper_identity(command: list[str]) -> list:
+    """What decides the helper object's code besides ``command``: the compiler's identity, that
+    of the header folders the command names, and the content of kernkit's headers and of the
+    splitter that makes the nvrtc backend's host halves of them."""
+    files = [*own_headers(), Path(__file__).with_name("split.py")]
+    return [stamp(command[0]), [dir_stamp(d) for d in command if os.path.isdir(d)],
+            [[f.relative_to(PACKAGE_ROOT).as_posix(), hashlib.sha256(f.read_bytes()).hexdigest()] for f in files]]
+
+
+def dir_stamp(d: str) -> list:
+    """A header folder's identity: its headers' newest change time and their count."""
+    files = list(Path(d).glob("*.h"))
+    return [d, max((f.stat().st_mtime_ns for f in files), default=0), len(files)]
 
 
 def _ninja() -> str:
@@ -280,6 +301,7 @@ def run_ninja(build_dir: Path, title: str) -> None:
     raw = proc.stdout + proc.stderr
     (build_dir / "build.log").write_bytes(raw)
     if proc.returncode == 0:
+        prebuilt.keep(build_dir)
         return
     log = raw.decode(errors="replace")
     lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, find_cuda_home,
-                       find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
-from . import pch
+from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, dir_stamp,
+                       find_cuda_home, find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
+from . import pch, prebuilt
 from .split import split
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
-#: ``__launch_bounds__`` has no host meaning.
-HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
+#: ``__launch_bounds__`` has no host meaning; the shared helpers come prebuilt (``prebuilt.py``).
+HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=", prebuilt.USE)
 #: NVRTC's: the device half has only device code, so unannotated (constexpr) functions are
 #: device functions.
 NVRTC_FLAGS = ("-std=c++17", "-default-device", "-DNDEBUG")
@@ -116,6 +116,7 @@ class Nvrtc(Backend):
     name = "nvrtc"
     flags = (*CXX_FLAGS, *HOST_FLAGS, *NVRTC_FLAGS)
     unit = "kernel_host.cc"
+    prebuilt = True
 
     def compilers(self) -> list[str]:
         return [find_cxx(), toolkit().nvrtc]
@@ -165,13 +166,7 @@ def prelude(flags: list[str]) -> Path | None:
     """``pch.PRELUDE`` as a header with its precompiled ``.gch`` beside it (``pch.header``), keyed by
     the compile flags and the identity of the compiler and of the headers' directories; None
     until a detached process has made it."""
-    return pch.header(pch.PRELUDE, flags, [stamp(flags[0])] + [_dir_stamp(d) for d in flags if Path(d).is_dir()])
-
-
-def _dir_stamp(d: str) -> list:
-    """A header directory's identity: its headers' newest change time and their count."""
-    files = list(Path(d).glob("*.h"))
-    return [d, max((f.stat().st_mtime_ns for f in files), default=0), len(files)]
+    return pch.header(pch.PRELUDE, flags, [stamp(flags[0])] + [dir_stamp(d) for d in flags if Path(d).is_dir()])
 
 
 def _half_name(f: str, i: int) -> str:

@@ -183,6 +183,12 @@ struct RowsView {
   int64_t row_stride_bytes;
 };
 
+/// \brief `verify_rows<kRowElems>` with the row's elements given at run time (the shared helper
+/// behind it; `KERNKIT_HOST_HELPER`).
+KERNKIT_HOST_HELPER RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, int64_t row_elems,
+                                         SymbolicSize& num_rows, RowShape& shape, SymbolicDType& dtype,
+                                         SymbolicDevice& device, bool written);
+
 /// \brief Verify a tensor of `rows` rows of `kRowElems` elements: 2-d `[rows, kRowElems]` or
 /// 3-d `[rows, heads, head_dim]` with `heads * head_dim == kRowElems`, contiguous within a row,
 /// any row stride; the dtype bound to `dtype` and the device to `device`. Tensors verified with
@@ -199,46 +205,7 @@ struct RowsView {
 template <int64_t kRowElems>
 inline RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_rows, RowShape& shape,
                             SymbolicDType& dtype, SymbolicDevice& device, bool written = false) {
-  const int32_t ndim = static_cast<int32_t>(t.ndim());
-  KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
-      << "'" << role << "': expected a 2-d [rows, " << kRowElems << "] or 3-d [rows, heads, head_dim] tensor, got "
-      << ndim << "-d";
-  if (shape.ndim == 0) {
-    shape.ndim = ndim;
-    shape.first = role;
-  }
-  KERNKIT_CHECK(ndim == shape.ndim, ValueError)
-      << "'" << role << "': expected a " << shape.ndim << "-d tensor like '" << shape.first << "', got " << ndim
-      << "-d";
-  SymbolicSize row_stride{"row_stride"};
-  if (ndim == 2) {
-    TensorMatcher({num_rows, shape.elems})
-        .with_strides({row_stride, 1})
-        .with_device<kDLCUDA>(device)
-        .with_dtype(dtype)
-        .verify(t, role);
-    KERNKIT_CHECK(shape.elems.unwrap() == kRowElems, ValueError)
-        << "'" << role << "': rows of " << shape.elems.unwrap() << " elements, but this kernel was built for "
-        << kRowElems;
-  } else {
-    TensorMatcher({num_rows, shape.heads, shape.head_dim})
-        .with_strides({row_stride, shape.head_dim, 1})
-        .with_device<kDLCUDA>(device)
-        .with_dtype(dtype)
-        .verify(t, role);
-    KERNKIT_CHECK(shape.heads.unwrap() * shape.head_dim.unwrap() == kRowElems, ValueError)
-        << "'" << role << "': rows of " << shape.heads.unwrap() << " x " << shape.head_dim.unwrap()
-        << " elements, but this kernel was built for " << kRowElems;
-  }
-  // The stride of a single row never forms an address; report the packed one so that it does
-  // not narrow the vector width.
-  const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
-  const int64_t stride = num_rows.unwrap() <= 1 ? kRowElems : row_stride.unwrap();
-  KERNKIT_CHECK(stride >= 0, ValueError) << "'" << role << "': negative row stride " << stride;
-  KERNKIT_CHECK(!written || stride >= kRowElems, ValueError)
-      << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << kRowElems
-      << "); a tensor the kernel writes needs distinct rows";
-  return RowsView{data_ptr(t), stride * elem_bytes};
+  return verify_rows(t, role, kRowElems, num_rows, shape, dtype, device, written);
 }
 
 /// \brief Where the rows of a verified `[..., row_len]` tensor are (`verify_flat_rows`).
@@ -247,6 +214,11 @@ struct FlatRows {
   int64_t row_len;     ///< Elements per row: the last dimension.
   int64_t row_stride;  ///< Elements between rows (`row_len` when there is at most one row).
 };
+
+/// \brief `verify_flat_rows<T>` with the dtype given at run time (the shared helper behind it;
+/// `KERNKIT_HOST_HELPER`).
+KERNKIT_HOST_HELPER FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, const char* role, DLDataType dtype,
+                                              int64_t row_len, bool written);
 
 /// \brief Verify a `[..., row_len]` tensor of `T` on a CUDA device (a CPU tensor under the
 /// emulator) whose leading dimensions flatten into one evenly strided row index: any rank from
@@ -261,52 +233,7 @@ struct FlatRows {
 /// \return Its rows.
 template <typename T>
 inline FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, const char* role, int64_t row_len, bool written) {
-  const auto shape = t.shape();
-  const auto strides = t.strides();
-  const int64_t ndim = t.ndim();
-  const std::string want = "[..., " + (row_len < 0 ? std::string("n") : std::to_string(row_len)) + "]";
-  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a " << want << " tensor, got a 0-d tensor";
-  KERNKIT_CHECK(is_type<T>(t.dtype()), TypeError) << "'" << role << "': expected dtype "
-                                                  << dtype_name(DLDTypeOf<T>::value) << ", got "
-                                                  << dtype_name(t.dtype());
-  constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);
-  KERNKIT_CHECK(t.device().device_type == kDeviceType, ValueError)
-      << "'" << role << "': expected a " << device_type_name(kDeviceType) << " tensor, got "
-      << device_type_name(t.device().device_type);
-  const int64_t len = shape[ndim - 1];
-  KERNKIT_CHECK(row_len < 0 || len == row_len, ValueError)
-      << "'" << role << "': expected a last dimension of " << row_len << ", got shape " << detail::format_list(shape);
-  KERNKIT_CHECK(strides[ndim - 1] == 1 || len <= 1, ValueError)
-      << "'" << role << "': expected a contiguous last dimension (stride 1), got shape " << detail::format_list(shape)
-      << " with strides " << detail::format_list(strides);
-  int64_t lead = 1;
-  for (int64_t i = 0; i < ndim - 1; ++i) lead *= shape[i];
-  if (lead == 0 || len == 0) return FlatRows{lead, len, len};  // no element: no stride forms an address
-  // Innermost first: each leading dimension must step over whole copies of the ones inside it.
-  int64_t rows = 1;
-  int64_t row_stride = len;
-  bool have_stride = false;
-  int64_t next = 0;  // the stride the next outer dimension must have
-  for (int64_t i = ndim - 2; i >= 0; --i) {
-    if (shape[i] == 1) continue;
-    rows *= shape[i];
-    if (!have_stride) {
-      row_stride = strides[i];
-      have_stride = true;
-    } else {
-      KERNKIT_CHECK(strides[i] == next, ValueError)
-          << "'" << role << "': the leading dimensions of shape " << detail::format_list(shape) << " with strides "
-          << detail::format_list(strides) << " do not collapse into one row stride; pass evenly strided rows "
-          << "(e.g. " << role << ".contiguous())";
-    }
-    next = strides[i] * shape[i];
-  }
-  if (rows <= 1) row_stride = len;  // a single row's stride never forms an address
-  KERNKIT_CHECK(row_stride >= 0, ValueError) << "'" << role << "': negative row stride " << row_stride;
-  KERNKIT_CHECK(!written || row_stride >= len, ValueError)
-      << "'" << role << "': rows overlap (row stride " << row_stride << " elements, rows of " << len
-      << "); a tensor the kernel writes needs distinct rows";
-  return FlatRows{rows, len, row_stride};
+  return verify_flat_rows(t, role, DLDTypeOf<T>::value, row_len, written);
 }
 
 /// \brief Require `t` to have the shape of `x` with the last dimension `last`, naming `role`.
@@ -315,26 +242,16 @@ inline FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, const char* role
 /// \param x The tensor (already verified) whose leading dimensions `t` must have.
 /// \param x_role Its argument name.
 /// \param last The last dimension `t` must have.
-inline void check_rows_like(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x,
-                            const char* x_role, int64_t last) {
-  std::vector<int64_t> want(x.shape().begin(), x.shape().end());
-  want.back() = last;
-  const auto shape = t.shape();
-  KERNKIT_CHECK(shape.size() == want.size() && std::equal(want.begin(), want.end(), shape.begin()), ValueError)
-      << "'" << role << "': expected shape " << detail::format_list(want) << " (from '" << x_role << "'), got "
-      << detail::format_list(shape);
-}
+KERNKIT_HOST_HELPER void check_rows_like(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x,
+                                         const char* x_role, int64_t last);
 
 /// \brief Require `t` to be on `device` (that of `from`, verified first), naming `role`.
 /// \param t The tensor.
 /// \param role Its argument name.
 /// \param device The device it must be on.
 /// \param from The argument `device` is taken from.
-inline void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device, const char* from) {
-  KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
-      << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
-      << " (from '" << from << "'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;
-}
+KERNKIT_HOST_HELPER void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device,
+                                           const char* from);
 
 /// \brief The widest access (a power of two <= `max_vec`) that every address and stride
 /// allows: the lowest set bit of all of them.
@@ -382,6 +299,120 @@ inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block, const char* role)
   KERNKIT_CHECK(blocks <= int64_t{0x7fffffff}, ValueError) << "'" << role << "': too many rows for one launch: " << n;
   return static_cast<uint32_t>(blocks);
 }
+
+#if KERNKIT_HOST_DEFINE_HELPERS
+// The shared row checks' definitions (`KERNKIT_HOST_HELPER`, utils.h).
+
+KERNKIT_HOST_HELPER RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, int64_t row_elems,
+                                         SymbolicSize& num_rows, RowShape& shape, SymbolicDType& dtype,
+                                         SymbolicDevice& device, bool written) {
+  const int32_t ndim = static_cast<int32_t>(t.ndim());
+  KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
+      << "'" << role << "': expected a 2-d [rows, " << row_elems << "] or 3-d [rows, heads, head_dim] tensor, got "
+      << ndim << "-d";
+  if (shape.ndim == 0) {
+    shape.ndim = ndim;
+    shape.first = role;
+  }
+  KERNKIT_CHECK(ndim == shape.ndim, ValueError)
+      << "'" << role << "': expected a " << shape.ndim << "-d tensor like '" << shape.first << "', got " << ndim
+      << "-d";
+  SymbolicSize row_stride{"row_stride"};
+  if (ndim == 2) {
+    TensorMatcher({num_rows, shape.elems})
+        .with_strides({row_stride, 1})
+        .with_device<kDLCUDA>(device)
+        .with_dtype(dtype)
+        .verify(t, role);
+    KERNKIT_CHECK(shape.elems.unwrap() == row_elems, ValueError)
+        << "'" << role << "': rows of " << shape.elems.unwrap() << " elements, but this kernel was built for "
+        << row_elems;
+  } else {
+    TensorMatcher({num_rows, shape.heads, shape.head_dim})
+        .with_strides({row_stride, shape.head_dim, 1})
+        .with_device<kDLCUDA>(device)
+        .with_dtype(dtype)
+        .verify(t, role);
+    KERNKIT_CHECK(shape.heads.unwrap() * shape.head_dim.unwrap() == row_elems, ValueError)
+        << "'" << role << "': rows of " << shape.heads.unwrap() << " x " << shape.head_dim.unwrap()
+        << " elements, but this kernel was built for " << row_elems;
+  }
+  // The stride of a single row never forms an address; report the packed one so that it does
+  // not narrow the vector width.
+  const int64_t elem_bytes = (t.dtype().bits + 7) / 8;
+  const int64_t stride = num_rows.unwrap() <= 1 ? row_elems : row_stride.unwrap();
+  KERNKIT_CHECK(stride >= 0, ValueError) << "'" << role << "': negative row stride " << stride;
+  KERNKIT_CHECK(!written || stride >= row_elems, ValueError)
+      << "'" << role << "': rows overlap (row stride " << stride << " elements, rows of " << row_elems
+      << "); a tensor the kernel writes needs distinct rows";
+  return RowsView{data_ptr(t), stride * elem_bytes};
+}
+
+KERNKIT_HOST_HELPER FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, const char* role, DLDataType dtype,
+                                              int64_t row_len, bool written) {
+  const auto shape = t.shape();
+  const auto strides = t.strides();
+  const int64_t ndim = t.ndim();
+  const std::string want = "[..., " + (row_len < 0 ? std::string("n") : std::to_string(row_len)) + "]";
+  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a " << want << " tensor, got a 0-d tensor";
+  KERNKIT_CHECK(dtype_equal(t.dtype(), dtype), TypeError)
+      << "'" << role << "': expected dtype " << dtype_name(dtype) << ", got " << dtype_name(t.dtype());
+  constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);
+  KERNKIT_CHECK(t.device().device_type == kDeviceType, ValueError)
+      << "'" << role << "': expected a " << device_type_name(kDeviceType) << " tensor, got "
+      << device_type_name(t.device().device_type);
+  const int64_t len = shape[ndim - 1];
+  KERNKIT_CHECK(row_len < 0 || len == row_len, ValueError)
+      << "'" << role << "': expected a last dimension of " << row_len << ", got shape " << detail::format_list(shape);
+  KERNKIT_CHECK(strides[ndim - 1] == 1 || len <= 1, ValueError)
+      << "'" << role << "': expected a contiguous last dimension (stride 1), got shape " << detail::format_list(shape)
+      << " with strides " << detail::format_list(strides);
+  int64_t lead = 1;
+  for (int64_t i = 0; i < ndim - 1; ++i) lead *= shape[i];
+  if (lead == 0 || len == 0) return FlatRows{lead, len, len};  // no element: no stride forms an address
+  // Innermost first: each leading dimension must step over whole copies of the ones inside it.
+  int64_t rows = 1;
+  int64_t row_stride = len;
+  bool have_stride = false;
+  int64_t next = 0;  // the stride the next outer dimension must have
+  for (int64_t i = ndim - 2; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    rows *= shape[i];
+    if (!have_stride) {
+      row_stride = strides[i];
+      have_stride = true;
+    } else {
+      KERNKIT_CHECK(strides[i] == next, ValueError)
+          << "'" << role << "': the leading dimensions of shape " << detail::format_list(shape) << " with strides "
+          << detail::format_list(strides) << " do not collapse into one row stride; pass evenly strided rows "
+          << "(e.g. " << role << ".contiguous())";
+    }
+    next = strides[i] * shape[i];
+  }
+  if (rows <= 1) row_stride = len;  // a single row's stride never forms an address
+  KERNKIT_CHECK(row_stride >= 0, ValueError) << "'" << role << "': negative row stride " << row_stride;
+  KERNKIT_CHECK(!written || row_stride >= len, ValueError)
+      << "'" << role << "': rows overlap (row stride " << row_stride << " elements, rows of " << len
+      << "); a tensor the kernel writes needs distinct rows";
+  return FlatRows{rows, len, row_stride};
+}
+
+KERNKIT_HOST_HELPER void check_rows_like(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x,
+                            const char* x_role, int64_t last) {
+  std::vector<int64_t> want(x.shape().begin(), x.shape().end());
+  want.back() = last;
+  const auto shape = t.shape();
+  KERNKIT_CHECK(shape.size() == want.size() && std::equal(want.begin(), want.end(), shape.begin()), ValueError)
+      << "'" << role << "': expected shape " << detail::format_list(want) << " (from '" << x_role << "'), got "
+      << detail::format_list(shape);
+}
+
+KERNKIT_HOST_HELPER void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device, const char* from) {
+  KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
+      << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
+      << " (from '" << from << "'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;
+}
+#endif  // KERNKIT_HOST_DEFINE_HELPERS
 
 }  // namespace rows
 }  // namespace host

@@ -64,26 +64,12 @@ inline int32_t cached_attribute(int32_t device_id) {
 /// \brief Number of streaming multiprocessors of a device (cached per device).
 /// \param device_id The CUDA device ordinal.
 /// \return The SM count (132 on an H200).
-inline int32_t get_sm_count(int32_t device_id) {
-#if defined(KERNKIT_EMU)
-  (void)device_id;
-  return KERNKIT_EMU_SM_COUNT;
-#else
-  return detail::cached_attribute<cudaDevAttrMultiProcessorCount>(device_id);
-#endif
-}
+KERNKIT_HOST_HELPER int32_t get_sm_count(int32_t device_id);
 
 /// \brief Compute-capability major version of a device (cached per device).
 /// \param device_id The CUDA device ordinal.
 /// \return E.g. 9 for an H200.
-inline int32_t get_cc_major(int32_t device_id) {
-#if defined(KERNKIT_EMU)
-  (void)device_id;
-  return 9;
-#else
-  return detail::cached_attribute<cudaDevAttrComputeCapabilityMajor>(device_id);
-#endif
-}
+KERNKIT_HOST_HELPER int32_t get_cc_major(int32_t device_id);
 
 /// \brief Maximum number of blocks of `kernel` that can be resident on one SM of the current
 /// device (occupancy), through `cudaOccupancyMaxActiveBlocksPerMultiprocessor`. Not cached:
@@ -107,6 +93,28 @@ inline int32_t get_blocks_per_sm(void (*kernel)(Params...), uint32_t block_dim, 
   return static_cast<int32_t>(num_blocks);
 #endif
 }
+
+#if KERNKIT_HOST_DEFINE_HELPERS
+// The device queries' definitions (`KERNKIT_HOST_HELPER`, utils.h).
+
+KERNKIT_HOST_HELPER int32_t get_sm_count(int32_t device_id) {
+#if defined(KERNKIT_EMU)
+  (void)device_id;
+  return KERNKIT_EMU_SM_COUNT;
+#else
+  return detail::cached_attribute<cudaDevAttrMultiProcessorCount>(device_id);
+#endif
+}
+
+KERNKIT_HOST_HELPER int32_t get_cc_major(int32_t device_id) {
+#if defined(KERNKIT_EMU)
+  (void)device_id;
+  return 9;
+#else
+  return detail::cached_attribute<cudaDevAttrComputeCapabilityMajor>(device_id);
+#endif
+}
+#endif  // KERNKIT_HOST_DEFINE_HELPERS
 
 }  // namespace runtime
 }  // namespace host

@@ -92,34 +92,10 @@ inline bool is_type(DLDataType dtype) {
 }
 
 /// \brief A readable name for a DLPack dtype, in torch's spelling (`bfloat16`, `float8_e4m3fn`...).
-inline std::string dtype_name(DLDataType dtype) {
-  std::string base;
-  switch (dtype.code) {
-    case kDLInt: base = "int" + std::to_string(dtype.bits); break;
-    case kDLUInt: base = "uint" + std::to_string(dtype.bits); break;
-    case kDLFloat: base = dtype.bits == 16 ? "float16" : dtype.bits == 32 ? "float32" : "float" + std::to_string(dtype.bits); break;
-    case kDLBfloat: base = "bfloat" + std::to_string(dtype.bits); break;
-    case kDLBool: base = "bool"; break;
-    case kDLFloat8_e4m3fn: base = "float8_e4m3fn"; break;
-    case kDLFloat8_e5m2: base = "float8_e5m2"; break;
-    case kDLComplex: base = "complex" + std::to_string(dtype.bits); break;
-    default: base = "dtype(code=" + std::to_string(dtype.code) + ", bits=" + std::to_string(dtype.bits) + ")";
-  }
-  if (dtype.lanes != 1) base += "x" + std::to_string(dtype.lanes);
-  return base;
-}
+KERNKIT_HOST_HELPER std::string dtype_name(DLDataType dtype);
 
 /// \brief A readable name for a DLPack device type (`cuda`, `cpu`, ...).
-inline std::string device_type_name(int32_t type) {
-  switch (type) {
-    case kDLCPU: return "cpu";
-    case kDLCUDA: return "cuda";
-    case kDLCUDAHost: return "cuda_host";
-    case kDLCUDAManaged: return "cuda_managed";
-    case kDLROCM: return "rocm";
-    default: return "device_type(" + std::to_string(type) + ")";
-  }
-}
+KERNKIT_HOST_HELPER std::string device_type_name(int32_t type);
 
 /// \brief The address of the first element of `t`: `t.data_ptr()` advanced by `t.byte_offset()`.
 ///
@@ -379,51 +355,10 @@ class TensorMatcher {
   /// \param tensor The tensor to check.
   /// \param role How error messages name it (the argument's name); defaults to its position.
   /// \return `*this`, so several tensors can be checked in a chain.
-  const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const {
-    const detail::Who who{role, ++count_};
-    const auto shape = tensor.shape();
-    if (!has_fixed_shape_) {
-      KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
-          << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
-          << detail::format_list(shape);
-    }
-    check_dtype(tensor.dtype(), who);
-    check_device(tensor.device(), who);
-    if (has_fixed_shape_) {
-      KERNKIT_CHECK(detail::same_shape(shape, fixed_shape_), ValueError)
-          << who << ": expected shape " << detail::format_list(fixed_shape_)
-          << (fixed_shape_from_ ? std::string(" (from '") + fixed_shape_from_ + "')" : std::string()) << ", got "
-          << detail::format_list(shape);
-    } else {
-      for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
-    }
-    if (has_strides_) {
-      KERNKIT_CHECK(num_strides_ == rank_, RuntimeError)
-          << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
-      const auto strides = tensor.strides();
-      for (int32_t i = 0; i < rank_; ++i) {
-        // The stride of a dimension of size 1 never forms an address, and torch calls a tensor
-        // contiguous whatever it is (`.contiguous()` does not change it): no pattern applies
-        // there, and a symbol is neither checked nor bound by it.
-        if (shape[i] == 1) continue;
-        check_size(strides_[i], strides[i], who, "stride", i, strides);
-      }
-    } else {
-      KERNKIT_CHECK(tensor.is_contiguous(), ValueError)
-          << who << ": expected a contiguous tensor, got shape " << detail::format_list(shape) << " with strides "
-          << detail::format_list(tensor.strides());
-    }
-    return *this;
-  }
+  KERNKIT_HOST_HELPER const TensorMatcher& verify(const tvm::ffi::TensorView& tensor, const char* role = nullptr) const;
 
  private:
-  static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to) {
-    KERNKIT_CHECK(from.size() <= static_cast<size_t>(kMaxRank), RuntimeError)
-        << "TensorMatcher patterns have at most 8 entries";
-    int32_t n = 0;
-    for (const auto& p : from) to[n++] = p;
-    return n;
-  }
+  KERNKIT_HOST_HELPER static int32_t copy(std::initializer_list<SizePattern> from, SizePattern* to);
 
   template <typename Seq>
   static void check_size(const SizePattern& pat, int64_t actual, const detail::Who& who, const char* what,
@@ -446,64 +381,8 @@ class TensorMatcher {
         << sym.bound_by_ << "), got " << actual << " (" << what << "s " << detail::format_list(all) << ")";
   }
 
-  void check_dtype(DLDataType dtype, const detail::Who& who) const {
-    // A dtype another tensor already bound is the clearer message: it names both tensors.
-    KERNKIT_CHECK(dtype_sym_ == nullptr || !dtype_sym_->bound_ || dtype_equal(dtype_sym_->value_, dtype), TypeError)
-        << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from " << dtype_sym_->bound_by_
-        << "), got " << dtype_name(dtype);
-    const DLDataType* allowed = dtypes_;
-    int32_t n = num_dtypes_;
-    if (n == 0 && dtype_sym_ != nullptr) {
-      allowed = dtype_sym_->options_;
-      n = dtype_sym_->num_options_;
-    }
-    if (n > 0) {
-      bool ok = false;
-      for (int32_t i = 0; i < n; ++i) ok = ok || dtype_equal(allowed[i], dtype);
-      if (TVM_FFI_PREDICT_FALSE(!ok)) {
-        std::string names;
-        for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
-        TVM_FFI_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
-                                 << ", got " << dtype_name(dtype);
-      }
-    }
-    if (dtype_sym_ != nullptr && !dtype_sym_->bound_) {
-      dtype_sym_->value_ = dtype;
-      dtype_sym_->bound_ = true;
-      dtype_sym_->bound_by_ = who;
-    }
-  }
-
-  void check_device(DLDevice device, const detail::Who& who) const {
-    const int32_t* allowed = device_types_;
-    int32_t n = num_device_types_;
-    if (n == 0 && device_sym_ != nullptr) {
-      allowed = device_sym_->options_;
-      n = device_sym_->num_options_;
-    }
-    if (n > 0) {
-      bool ok = false;
-      for (int32_t i = 0; i < n; ++i) ok = ok || allowed[i] == device.device_type;
-      if (TVM_FFI_PREDICT_FALSE(!ok)) {
-        std::string names;
-        for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
-        TVM_FFI_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
-                                  << device_type_name(device.device_type);
-      }
-    }
-    if (device_sym_ != nullptr) {
-      if (!device_sym_->bound_) {
-        device_sym_->value_ = device;
-        device_sym_->bound_ = true;
-        device_sym_->bound_by_ = who;
-      } else if (device_sym_->value_.device_type != device.device_type ||
-                 device_sym_->value_.device_id != device.device_id) {
-        TVM_FFI_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
-                                  << ":" << device_sym_->value_.device_id << " (from " << device_sym_->bound_by_
-                                  << "), got " << device_type_name(device.device_type) << ":" << device.device_id;
-      }
-    }
-  }
+  KERNKIT_HOST_HELPER void check_dtype(DLDataType dtype, const detail::Who& who) const;
+  KERNKIT_HOST_HELPER void check_device(DLDevice device, const detail::Who& who) const;
 
   SizePattern shape_[kMaxRank];
   int32_t rank_;
@@ -534,42 +413,11 @@ struct Footprint {
   int64_t bytes = 0;    ///< Bytes per segment.
 
   /// \brief The footprint of `t`; element strides may be negative or zero.
-  explicit Footprint(const tvm::ffi::TensorView& t) {
-    const auto shape = t.shape();
-    const auto strides = t.strides();
-    for (const int64_t n : shape) {
-      if (n == 0) return;
-    }
-    const int64_t elem = (static_cast<int64_t>(t.dtype().bits) * t.dtype().lanes + 7) / 8;
-    int64_t lo = 0;  // element offsets of the first and last element of a segment
-    int64_t hi = 0;
-    for (size_t i = 1; i < shape.size(); ++i) (strides[i] < 0 ? lo : hi) += strides[i] * (shape[i] - 1);
-    const int64_t rows = shape.empty() ? 1 : shape[0];
-    const int64_t step = rows > 1 ? strides[0] : 0;
-    begin = reinterpret_cast<uintptr_t>(data_ptr<const char>(t)) + (lo + (step < 0 ? step * (rows - 1) : 0)) * elem;
-    count = step == 0 ? 1 : rows;
-    stride = (step < 0 ? -step : step) * elem;
-    bytes = (hi - lo + 1) * elem;
-    if (count > 1 && stride == bytes) {  // packed segments are one (a contiguous tensor is one span)
-      bytes *= count;
-      count = 1;
-    }
-  }
+  KERNKIT_HOST_HELPER explicit Footprint(const tvm::ffi::TensorView& t);
 
   /// \brief Whether a byte of some segment of `a` is a byte of some segment of `b`. Exact when
   /// the two have the same stride (or one segment); otherwise their whole spans are compared.
-  friend bool overlap(const Footprint& a, const Footprint& b) {
-    if (a.count == 0 || b.count == 0) return false;
-    const int64_t step = a.count == 1 ? (b.count == 1 ? 1 : b.stride) : (b.count == 1 || b.stride == a.stride ? a.stride : 0);
-    const int64_t delta = static_cast<int64_t>(b.begin - a.begin);
-    if (step == 0) return delta < (a.count - 1) * a.stride + a.bytes && -delta < (b.count - 1) * b.stride + b.bytes;
-    // Segment j of b starts delta + k * step after segment i of a (k = j - i); they meet iff
-    // -b.bytes < delta + k * step < a.bytes. Take the least k above the lower bound.
-    const int64_t num = -b.bytes - delta;
-    int64_t k = num / step - ((num % step != 0 && num < 0) ? 1 : 0) + 1;
-    if (k < 1 - a.count) k = 1 - a.count;
-    return k <= b.count - 1 && delta + k * step < a.bytes;
-  }
+  KERNKIT_HOST_HELPER friend bool overlap(const Footprint& a, const Footprint& b);
 };
 
 /// \brief A tensor argument and the name error messages give it.
@@ -587,7 +435,182 @@ struct NamedTensor {
 /// \endcode
 /// \param written The tensors the kernel writes.
 /// \param read The tensors it only reads (they may share memory with each other).
-inline void check_no_overlap(std::initializer_list<NamedTensor> written, std::initializer_list<NamedTensor> read = {}) {
+KERNKIT_HOST_HELPER void check_no_overlap(std::initializer_list<NamedTensor> written,
+                                          std::initializer_list<NamedTensor> read = {});
+
+#if KERNKIT_HOST_DEFINE_HELPERS
+// The shared host helpers' definitions: inline here, or compiled once into the prebuilt helper
+// object (`KERNKIT_HOST_HELPER`, utils.h).
+
+KERNKIT_HOST_HELPER std::string dtype_name(DLDataType dtype) {
+  std::string base;
+  switch (dtype.code) {
+    case kDLInt: base = "int" + std::to_string(dtype.bits); break;
+    case kDLUInt: base = "uint" + std::to_string(dtype.bits); break;
+    case kDLFloat: base = dtype.bits == 16 ? "float16" : dtype.bits == 32 ? "float32" : "float" + std::to_string(dtype.bits); break;
+    case kDLBfloat: base = "bfloat" + std::to_string(dtype.bits); break;
+    case kDLBool: base = "bool"; break;
+    case kDLFloat8_e4m3fn: base = "float8_e4m3fn"; break;
+    case kDLFloat8_e5m2: base = "float8_e5m2"; break;
+    case kDLComplex: base = "complex" + std::to_string(dtype.bits); break;
+    default: base = "dtype(code=" + std::to_string(dtype.code) + ", bits=" + std::to_string(dtype.bits) + ")";
+  }
+  if (dtype.lanes != 1) base += "x" + std::to_string(dtype.lanes);
+  return base;
+}
+
+KERNKIT_HOST_HELPER std::string device_type_name(int32_t type) {
+  switch (type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: return "cuda";
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: return "cuda_managed";
+    case kDLROCM: return "rocm";
+    default: return "device_type(" + std::to_string(type) + ")";
+  }
+}
+
+KERNKIT_HOST_HELPER const TensorMatcher& TensorMatcher::verify(const tvm::ffi::TensorView& tensor, const char* role) const {
+  const detail::Who who{role, ++count_};
+  const auto shape = tensor.shape();
+  if (!has_fixed_shape_) {
+    KERNKIT_CHECK(tensor.ndim() == rank_, ValueError)
+        << who << ": expected a " << rank_ << "-d tensor, got " << tensor.ndim() << "-d with shape "
+        << detail::format_list(shape);
+  }
+  check_dtype(tensor.dtype(), who);
+  check_device(tensor.device(), who);
+  if (has_fixed_shape_) {
+    KERNKIT_CHECK(detail::same_shape(shape, fixed_shape_), ValueError)
+        << who << ": expected shape " << detail::format_list(fixed_shape_)
+        << (fixed_shape_from_ ? std::string(" (from '") + fixed_shape_from_ + "')" : std::string()) << ", got "
+        << detail::format_list(shape);
+  } else {
+    for (int32_t i = 0; i < rank_; ++i) check_size(shape_[i], shape[i], who, "dimension", i, shape);
+  }
+  if (has_strides_) {
+    KERNKIT_CHECK(num_strides_ == rank_, RuntimeError)
+        << who << ": stride pattern has " << num_strides_ << " entries for a " << rank_ << "-d shape pattern";
+    const auto strides = tensor.strides();
+    for (int32_t i = 0; i < rank_; ++i) {
+      // The stride of a dimension of size 1 never forms an address, and torch calls a tensor
+      // contiguous whatever it is (`.contiguous()` does not change it): no pattern applies
+      // there, and a symbol is neither checked nor bound by it.
+      if (shape[i] == 1) continue;
+      check_size(strides_[i], strides[i], who, "stride", i, strides);
+    }
+  } else {
+    KERNKIT_CHECK(tensor.is_contiguous(), ValueError)
+        << who << ": expected a contiguous tensor, got shape " << detail::format_list(shape) << " with strides "
+        << detail::format_list(tensor.strides());
+  }
+  return *this;
+}
+
+KERNKIT_HOST_HELPER int32_t TensorMatcher::copy(std::initializer_list<SizePattern> from, SizePattern* to) {
+  KERNKIT_CHECK(from.size() <= static_cast<size_t>(kMaxRank), RuntimeError)
+      << "TensorMatcher patterns have at most 8 entries";
+  int32_t n = 0;
+  for (const auto& p : from) to[n++] = p;
+  return n;
+}
+
+KERNKIT_HOST_HELPER void TensorMatcher::check_dtype(DLDataType dtype, const detail::Who& who) const {
+  // A dtype another tensor already bound is the clearer message: it names both tensors.
+  KERNKIT_CHECK(dtype_sym_ == nullptr || !dtype_sym_->bound_ || dtype_equal(dtype_sym_->value_, dtype), TypeError)
+      << who << ": expected dtype " << dtype_name(dtype_sym_->value_) << " (from " << dtype_sym_->bound_by_
+      << "), got " << dtype_name(dtype);
+  const DLDataType* allowed = dtypes_;
+  int32_t n = num_dtypes_;
+  if (n == 0 && dtype_sym_ != nullptr) {
+    allowed = dtype_sym_->options_;
+    n = dtype_sym_->num_options_;
+  }
+  if (n > 0) {
+    bool ok = false;
+    for (int32_t i = 0; i < n; ++i) ok = ok || dtype_equal(allowed[i], dtype);
+    if (TVM_FFI_PREDICT_FALSE(!ok)) {
+      std::string names;
+      for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
+      TVM_FFI_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
+                               << ", got " << dtype_name(dtype);
+    }
+  }
+  if (dtype_sym_ != nullptr && !dtype_sym_->bound_) {
+    dtype_sym_->value_ = dtype;
+    dtype_sym_->bound_ = true;
+    dtype_sym_->bound_by_ = who;
+  }
+}
+
+KERNKIT_HOST_HELPER void TensorMatcher::check_device(DLDevice device, const detail::Who& who) const {
+  const int32_t* allowed = device_types_;
+  int32_t n = num_device_types_;
+  if (n == 0 && device_sym_ != nullptr) {
+    allowed = device_sym_->options_;
+    n = device_sym_->num_options_;
+  }
+  if (n > 0) {
+    bool ok = false;
+    for (int32_t i = 0; i < n; ++i) ok = ok || allowed[i] == device.device_type;
+    if (TVM_FFI_PREDICT_FALSE(!ok)) {
+      std::string names;
+      for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
+      TVM_FFI_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
+                                << device_type_name(device.device_type);
+    }
+  }
+  if (device_sym_ != nullptr) {
+    if (!device_sym_->bound_) {
+      device_sym_->value_ = device;
+      device_sym_->bound_ = true;
+      device_sym_->bound_by_ = who;
+    } else if (device_sym_->value_.device_type != device.device_type ||
+               device_sym_->value_.device_id != device.device_id) {
+      TVM_FFI_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
+                                << ":" << device_sym_->value_.device_id << " (from " << device_sym_->bound_by_
+                                << "), got " << device_type_name(device.device_type) << ":" << device.device_id;
+    }
+  }
+}
+
+KERNKIT_HOST_HELPER Footprint::Footprint(const tvm::ffi::TensorView& t) {
+  const auto shape = t.shape();
+  const auto strides = t.strides();
+  for (const int64_t n : shape) {
+    if (n == 0) return;
+  }
+  const int64_t elem = (static_cast<int64_t>(t.dtype().bits) * t.dtype().lanes + 7) / 8;
+  int64_t lo = 0;  // element offsets of the first and last element of a segment
+  int64_t hi = 0;
+  for (size_t i = 1; i < shape.size(); ++i) (strides[i] < 0 ? lo : hi) += strides[i] * (shape[i] - 1);
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const int64_t step = rows > 1 ? strides[0] : 0;
+  begin = reinterpret_cast<uintptr_t>(data_ptr<const char>(t)) + (lo + (step < 0 ? step * (rows - 1) : 0)) * elem;
+  count = step == 0 ? 1 : rows;
+  stride = (step < 0 ? -step : step) * elem;
+  bytes = (hi - lo + 1) * elem;
+  if (count > 1 && stride == bytes) {  // packed segments are one (a contiguous tensor is one span)
+    bytes *= count;
+    count = 1;
+  }
+}
+
+KERNKIT_HOST_HELPER bool overlap(const Footprint& a, const Footprint& b) {
+  if (a.count == 0 || b.count == 0) return false;
+  const int64_t step = a.count == 1 ? (b.count == 1 ? 1 : b.stride) : (b.count == 1 || b.stride == a.stride ? a.stride : 0);
+  const int64_t delta = static_cast<int64_t>(b.begin - a.begin);
+  if (step == 0) return delta < (a.count - 1) * a.stride + a.bytes && -delta < (b.count - 1) * b.stride + b.bytes;
+  // Segment j of b starts delta + k * step after segment i of a (k = j - i); they meet iff
+  // -b.bytes < delta + k * step < a.bytes. Take the least k above the lower bound.
+  const int64_t num = -b.bytes - delta;
+  int64_t k = num / step - ((num % step != 0 && num < 0) ? 1 : 0) + 1;
+  if (k < 1 - a.count) k = 1 - a.count;
+  return k <= b.count - 1 && delta + k * step < a.bytes;
+}
+
+KERNKIT_HOST_HELPER void check_no_overlap(std::initializer_list<NamedTensor> written,
+                                          std::initializer_list<NamedTensor> read) {
   for (auto w = written.begin(); w != written.end(); ++w) {
     const Footprint fw(w->tensor);
     const auto refuse = [&](const NamedTensor& o) {
@@ -599,6 +622,7 @@ inline void check_no_overlap(std::initializer_list<NamedTensor> written, std::in
     for (const auto& o : read) refuse(o);
   }
 }
+#endif  // KERNKIT_HOST_DEFINE_HELPERS
 
 }  // namespace host
 }  // namespace kernkit

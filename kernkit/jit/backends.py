@@ -252,6 +252,9 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
         rules["cuda"] = [*backend.command(spec, compilers), *user]
+    helpers = bool(spec.cuda_files) and backend.prebuilt  # linked: a copy of the cached one, or built here
+    if helpers and not prebuilt.stage(build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"]))):
+        rules["helpers"] = [*rules["cuda"], prebuilt.IMPL]
     tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
     link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
     out = ["ninja_required_version = 1.3", ""]
@@ -264,11 +267,10 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
         (build_dir / name).write_bytes(os.fsencode(backend.unit_text(spec, text) if rule == "cuda" else text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
+    if "helpers" in rules:
+        out.append(f"build {prebuilt.OBJECT}: helpers helpers.cc")
     out += steps
-    objs += objects
-    if spec.cuda_files and backend.prebuilt:
-        out += prebuilt.stage(build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])), rules["cuda"])
-        objs.append(prebuilt.OBJECT)
+    objs += [*objects, *([prebuilt.OBJECT] if helpers else [])]
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
     (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
 

@@ -47,58 +47,59 @@ def key(command: list[str], identity: object) -> str:
     return hashlib.sha256(json.dumps([SOURCE, flags, identity]).encode()).hexdigest()[:16]
 
 
-def stage(build_dir: Path, object_key: str, command: list[str]) -> list[str]:
-    """Put the object into ``build_dir``: a verified copy of the cached one, or the source and a
-    ninja rule that compiles it with ``command`` (the unit's, plus ``IMPL``). Returns the ninja
-    lines to add (none for a copy); the object is ``OBJECT`` in ``build_dir`` either way.
+def stage(build_dir: Path, object_key: str) -> bool:
+    """Put a verified copy of the cached object into ``build_dir`` as ``OBJECT``; else write the
+    unit that defines the helpers there (``helpers.cc``), for the build to compile with its unit's
+    command plus ``IMPL``.
 
     Parameters
     ----------
     build_dir
-        The build's directory.
+        The build's directory: a staging directory, ``<cache root>/.staging/<name>``
+        (``cache.staging_dir``), so that the cache's folders are found from it.
     object_key
         ``key(...)`` of the unit's command.
-    command
-        The unit's compile command, without input, output and dependency flags.
 
     Returns
     -------
-    list[str]
-        ``build.ninja`` lines.
+    bool
+        Whether the object was copied (else the build compiles ``helpers.cc``).
     """
-    from . import backends, cache
-
-    folder = cache.root() / "helpers" / object_key
+    folder = _folder(build_dir, object_key)
     (build_dir / "helpers.key").write_text(object_key)
     try:
         want = json.loads((folder / "helpers.json").read_text())["sha256"]
         shutil.copyfile(folder / OBJECT, build_dir / OBJECT)
-        if cache.sha256(build_dir / OBJECT) == want:
-            return []
+        if _sha256(build_dir / OBJECT) == want:
+            return True
         (build_dir / OBJECT).unlink()
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or not whole: built here
     (build_dir / "helpers.cc").write_text(SOURCE)
-    rule = backends._quote([*command, IMPL])
-    return ["rule helpers", f"  command = {rule} -MMD -MF $out.d -c $in -o $out", "  depfile = $out.d",
-            "  deps = gcc", "", f"build {OBJECT}: helpers helpers.cc", ""]
+    return False
 
 
 def keep(build_dir: Path) -> None:
     """After a successful build that compiled the object, publish it under its key (a cache
     that cannot be written keeps none: later builds compile their own)."""
-    from . import cache
-
     if not (build_dir / "helpers.cc").is_file():
         return
-    folder = cache.root() / "helpers" / (build_dir / "helpers.key").read_text()
+    folder = _folder(build_dir, (build_dir / "helpers.key").read_text())
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{OBJECT}.{os.getpid()}"
         shutil.copyfile(build_dir / OBJECT, tmp)
         record = folder / f".helpers.json.{os.getpid()}"
-        record.write_text(json.dumps({"sha256": cache.sha256(tmp)}))
+        record.write_text(json.dumps({"sha256": _sha256(tmp)}))
         os.replace(tmp, folder / OBJECT)  # the object first: a record names only a whole object
         os.replace(record, folder / "helpers.json")
     except OSError:
         return
+
+
+def _folder(build_dir: Path, object_key: str) -> Path:
+    return build_dir.parent.parent / "helpers" / object_key
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -5,7 +5,7 @@
 
 ``--cold`` prints only the compile timeline a user meets (issue 27's figures): per backend, the
 first call of a fresh install (empty cache, fresh process), a later new specialization in that
-cache once its precompiled header is made, and a warm load, for rmsnorm bf16 (hidden 3072, then
+cache once its precompiled header and helper object are made, and a warm load, for rmsnorm bf16 (hidden 3072, then
 other sizes); on a GPU machine through the op on CUDA tensors, without one through ``build_and_load``
 (emu: the op on CPU tensors).
 
@@ -315,11 +315,13 @@ def warmup_rows(tmp: Path, count: int) -> list[tuple[str, str]]:
 
 
 def _wait_for_pch(cache: Path, limit: float = 300.0) -> float:
-    """Seconds until every precompiled header started in ``cache`` is made (or failed)."""
+    """Seconds until every precompiled header and prebuilt helper object started in ``cache``
+    is made (or failed)."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit:
-        folders = list((cache / "v2" / "pch").glob("*"))
-        if all((f / "prelude.h.gch").is_file() or (f / "failed.log").is_file() for f in folders):
+        made = [(f, "prelude.h.gch") for f in (cache / "v2" / "pch").glob("*")]
+        made += [(f, "helpers.json") for f in (cache / "v2" / "helpers").glob("*")]
+        if all((f / name).is_file() or (f / "failed.log").is_file() for f, name in made):
             break
         time.sleep(0.2)
     return time.perf_counter() - t0
@@ -327,7 +329,8 @@ def _wait_for_pch(cache: Path, limit: float = 300.0) -> float:
 
 def cold_rows(tmp: Path, backends: list[str], repeats: int) -> list[list[str]]:
     """Per backend: ``repeats`` fresh caches, each: the first call (hidden 3072), then, once the
-    precompiled header is made, a new specialization (hidden 2048) and a warm load (3072)."""
+    precompiled header and the helper object are made, a new specialization (hidden 2048) and a
+    warm load (3072)."""
     rows = []
     for backend in backends:
         first, later, warm, imp, cpu_first, cpu_later, pch = [], [], [], [], [], [], []
@@ -361,7 +364,7 @@ def cold_main(args) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     cols = ["backend", "first call of a fresh install, s (median; runs)", "its compiler CPU s",
             "later new specialization, s", "its compiler CPU s", "warm load, ms", "import kernkit.ops, s",
-            "wait for the precompiled header after the first call, s"]
+            "wait for the precompiled header and the helper object after the first call, s"]
     name = f"cold-{args.tag or ('gpu' if torch.cuda.is_available() else 'cpu')}-{time.strftime('%Y-%m-%d')}-" \
            f"{common.commit().split()[0]}.md"
     lines = common.header("kernkit cold compile: rmsnorm bf16", common.command_line())

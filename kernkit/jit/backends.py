@@ -51,7 +51,7 @@ NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relax
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
 #: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
 EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
-             "-DKERNKIT_EMU=1", prebuilt.USE)
+             "-DKERNKIT_EMU=1")
 #: What every emulator unit starts with (force-included): the emulator's runtime, then the
 #: third-party headers of ``pch.PRELUDE``, precompiled where ``pch.header`` has them.
 EMU_PRELUDE = "#include <kernkit/emu/runtime.h>\n"
@@ -151,7 +151,7 @@ class Backend:
     name = ""
     flags: tuple[str, ...] = ()
     unit = ""
-    #: Whether the CUDA unit links the prebuilt helper object (``prebuilt.py``).
+    #: Whether the CUDA unit links the prebuilt helper object where it is made (``prebuilt.py``).
     prebuilt = False
 
     def compilers(self) -> list[str]:
@@ -252,9 +252,9 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
         rules["cuda"] = [*backend.command(spec, compilers), *user]
-    helpers = bool(spec.cuda_files) and backend.prebuilt  # linked: a copy of the cached one, or built here
-    if helpers and not prebuilt.stage(build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"]))):
-        rules["helpers"] = [*rules["cuda"], prebuilt.IMPL]
+    # The shared host helpers: from the prebuilt object where it is made, else inline.
+    helpers = bool(spec.cuda_files) and backend.prebuilt and prebuilt.stage(
+        build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])), rules["cuda"])
     tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
     link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
     out = ["ninja_required_version = 1.3", ""]
@@ -264,11 +264,11 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
     out += ["rule link", f"  command = {_quote(compilers[:1])} -shared $in {_quote(link)} -o $out", ""]
     objs = []
     for name, text, rule in spec.units:
-        (build_dir / name).write_bytes(os.fsencode(backend.unit_text(spec, text) if rule == "cuda" else text))
+        if rule == "cuda":
+            text = (prebuilt.USE if helpers else "") + backend.unit_text(spec, text)
+        (build_dir / name).write_bytes(os.fsencode(text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
-    if "helpers" in rules:
-        out.append(f"build {prebuilt.OBJECT}: helpers helpers.cc")
     out += steps
     objs += [*objects, *([prebuilt.OBJECT] if helpers else [])]
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
@@ -303,7 +303,7 @@ def run_ninja(build_dir: Path, title: str) -> None:
     raw = proc.stdout + proc.stderr
     (build_dir / "build.log").write_bytes(raw)
     if proc.returncode == 0:
-        prebuilt.keep(build_dir)
+        prebuilt.start_makers()  # the helper object the build lacked, for the builds after it
         return
     log = raw.decode(errors="replace")
     lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]

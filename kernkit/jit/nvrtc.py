@@ -29,12 +29,12 @@ import tvm_ffi.libinfo
 
 from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, dir_stamp,
                        find_cuda_home, find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
-from . import pch, prebuilt
+from . import pch
 from .split import split
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
-#: ``__launch_bounds__`` has no host meaning; the shared helpers come prebuilt (``prebuilt.py``).
-HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=", prebuilt.USE)
+#: ``__launch_bounds__`` has no host meaning.
+HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
 #: NVRTC's: the device half has only device code, so unannotated (constexpr) functions are
 #: device functions.
 NVRTC_FLAGS = ("-std=c++17", "-default-device", "-DNDEBUG")

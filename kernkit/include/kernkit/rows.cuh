@@ -11,6 +11,7 @@
 /// same element size (fp16 and bf16 share code, so do fp32 and int32).
 #pragma once
 
+#include <kernkit/host_helper.h>
 #include <kernkit/tensor.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
@@ -301,7 +302,7 @@ inline uint32_t grid_blocks(int64_t n, int64_t rows_per_block, const char* role)
 }
 
 #if KERNKIT_HOST_DEFINE_HELPERS
-// The shared row checks' definitions (`KERNKIT_HOST_HELPER`, utils.h).
+// The shared row checks' definitions (`KERNKIT_HOST_HELPER`, host_helper.h).
 
 KERNKIT_HOST_HELPER RowsView verify_rows(const tvm::ffi::TensorView& t, const char* role, int64_t row_elems,
                                          SymbolicSize& num_rows, RowShape& shape, SymbolicDType& dtype,

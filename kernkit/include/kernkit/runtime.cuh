@@ -14,6 +14,7 @@
 /// threads (and 32 blocks) per SM.
 #pragma once
 
+#include <kernkit/host_helper.h>
 #include <kernkit/utils.cuh>
 #include <kernkit/utils.h>
 
@@ -95,7 +96,7 @@ inline int32_t get_blocks_per_sm(void (*kernel)(Params...), uint32_t block_dim, 
 }
 
 #if KERNKIT_HOST_DEFINE_HELPERS
-// The device queries' definitions (`KERNKIT_HOST_HELPER`, utils.h).
+// The device queries' definitions (`KERNKIT_HOST_HELPER`, host_helper.h).
 
 KERNKIT_HOST_HELPER int32_t get_sm_count(int32_t device_id) {
 #if defined(KERNKIT_EMU)

@@ -27,6 +27,7 @@
 /// \endcode
 #pragma once
 
+#include <kernkit/host_helper.h>
 #include <kernkit/utils.h>
 
 #include <dlpack/dlpack.h>
@@ -440,7 +441,7 @@ KERNKIT_HOST_HELPER void check_no_overlap(std::initializer_list<NamedTensor> wri
 
 #if KERNKIT_HOST_DEFINE_HELPERS
 // The shared host helpers' definitions: inline here, or compiled once into the prebuilt helper
-// object (`KERNKIT_HOST_HELPER`, utils.h).
+// object (`KERNKIT_HOST_HELPER`, host_helper.h).
 
 KERNKIT_HOST_HELPER std::string dtype_name(DLDataType dtype) {
   std::string base;

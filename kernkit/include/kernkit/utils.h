@@ -9,26 +9,6 @@
 #include <type_traits>
 #include <utility>
 
-/// \brief How the shared host helpers (`TensorMatcher`'s checks, `check_no_overlap`, the row
-/// checks of rows.cuh: code that is the same in every specialization) are compiled.
-///
-/// By default they are inline functions of the headers, compiled again by every unit that uses
-/// them. A build that links kernkit's prebuilt helper object (the nvrtc backend's) defines
-/// `KERNKIT_HOST_PREBUILT`: the headers then declare them without defining them, and the helper
-/// object, a unit of its own built once per cache that also defines `KERNKIT_HOST_PREBUILT_IMPL`,
-/// defines them. Hidden visibility: each library binds its own copy, never another's.
-#if defined(KERNKIT_HOST_PREBUILT)
-#define KERNKIT_HOST_HELPER __attribute__((visibility("hidden")))
-#else
-#define KERNKIT_HOST_HELPER inline
-#endif
-/// \brief 1 where this unit defines the shared host helpers (see `KERNKIT_HOST_HELPER`).
-#if !defined(KERNKIT_HOST_PREBUILT) || defined(KERNKIT_HOST_PREBUILT_IMPL)
-#define KERNKIT_HOST_DEFINE_HELPERS 1
-#else
-#define KERNKIT_HOST_DEFINE_HELPERS 0
-#endif
-
 namespace kernkit {
 namespace host {
 

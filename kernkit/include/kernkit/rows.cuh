@@ -408,7 +408,8 @@ KERNKIT_HOST_HELPER void check_rows_like(const tvm::ffi::TensorView& t, const ch
       << detail::format_list(shape);
 }
 
-KERNKIT_HOST_HELPER void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device, const char* from) {
+KERNKIT_HOST_HELPER void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device,
+                                           const char* from) {
   KERNKIT_CHECK(t.device().device_type == device.device_type && t.device().device_id == device.device_id, ValueError)
       << "'" << role << "': expected device " << device_type_name(device.device_type) << ":" << device.device_id
       << " (from '" << from << "'), got " << device_type_name(t.device().device_type) << ":" << t.device().device_id;

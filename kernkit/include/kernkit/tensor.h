@@ -471,7 +471,8 @@ KERNKIT_HOST_HELPER std::string device_type_name(int32_t type) {
   }
 }
 
-KERNKIT_HOST_HELPER const TensorMatcher& TensorMatcher::verify(const tvm::ffi::TensorView& tensor, const char* role) const {
+KERNKIT_HOST_HELPER const TensorMatcher& TensorMatcher::verify(const tvm::ffi::TensorView& tensor,
+                                                                const char* role) const {
   const detail::Who who{role, ++count_};
   const auto shape = tensor.shape();
   if (!has_fixed_shape_) {
@@ -599,7 +600,8 @@ KERNKIT_HOST_HELPER Footprint::Footprint(const tvm::ffi::TensorView& t) {
 
 KERNKIT_HOST_HELPER bool overlap(const Footprint& a, const Footprint& b) {
   if (a.count == 0 || b.count == 0) return false;
-  const int64_t step = a.count == 1 ? (b.count == 1 ? 1 : b.stride) : (b.count == 1 || b.stride == a.stride ? a.stride : 0);
+  const int64_t step =
+      a.count == 1 ? (b.count == 1 ? 1 : b.stride) : (b.count == 1 || b.stride == a.stride ? a.stride : 0);
   const int64_t delta = static_cast<int64_t>(b.begin - a.begin);
   if (step == 0) return delta < (a.count - 1) * a.stride + a.bytes && -delta < (b.count - 1) * b.stride + b.bytes;
   // Segment j of b starts delta + k * step after segment i of a (k = j - i); they meet iff

@@ -6,9 +6,9 @@
 /// One thread group per row (`NormLayout`): a group of 1 to 32 lanes inside a warp for short
 /// rows, the whole block for long ones. Each thread loads its 16-byte vectors of the row once,
 /// keeps them (and its vectors of the weight) in registers through the sum of squares, and writes
-/// the result from them, so a row is read once and written once. Every operation of the arithmetic is an IEEE-rounded intrinsic
-/// and the reduction is a fixed butterfly (then a fixed shared-memory step): the GPU and the CPU
-/// emulator produce the same bits.
+/// the result from them, so a row is read once and written once. Every operation of the
+/// arithmetic is an IEEE-rounded intrinsic and the reduction is a fixed butterfly (then a fixed
+/// shared-memory step): the GPU and the CPU emulator produce the same bits.
 #pragma once
 
 #include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
@@ -276,8 +276,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || j < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = __fadd_rn(device::element_fp32(a[i], k),
-                                    device::element_fp32(b[i], k));
+          const float f = __fadd_rn(device::element_fp32(a[i], k), device::element_fp32(b[i], k));
           s[i][k] = f;
           device::norm::add_square(acc[k], f, i);
           b[i][k] = device::cast<T>(f);

@@ -1,13 +1,14 @@
 """The framework's own speed: cold compile, warm load, import, host cost per call, warmup.
 
     python benchmark/bench_framework.py [--out DIR] [--tag NAME] [--repeats 3] [--loads 9] [--warmup-specs 16]
-    python benchmark/bench_framework.py --cold [--backends emu nvrtc nvcc] [--repeats 5] [--out DIR]
+    python benchmark/bench_framework.py --cold [--backends emu nvrtc nvcc sglang] [--repeats 5] [--out DIR]
 
 ``--cold`` prints only the compile timeline a user meets (issue 27's figures): per backend, the
 first call of a fresh install (empty cache, fresh process), a later new specialization in that
 cache once its precompiled header and helper object are made, and a warm load, for rmsnorm bf16 (hidden 3072, then
 other sizes); on a GPU machine through the op on CUDA tensors, without one through ``build_and_load``
-(emu: the op on CPU tensors).
+(emu: the op on CPU tensors). ``sglang`` is the peer: sglang's jit_kernel rmsnorm on CUDA tensors,
+its tvm-ffi cache (``TVM_FFI_CACHE_DIR``) as fresh as kernkit's (``bench_sglang.load_sglang``).
 
 Every figure comes from fresh subprocesses with private cache directories; the worker functions
 (``w_*``) say what each measures. The specialization is store_cache for bf16 rows of 8 x 128
@@ -190,10 +191,22 @@ def w_warmup(cache: str, count: str, first: str = "1") -> dict:
 def w_first(backend: str, where: str, hidden: str) -> dict:
     """The first rmsnorm call of a process with ``where`` as its cache: ``import kernkit.ops``
     (timed apart), then the call (``emu``: the op on CPU tensors; ``nvrtc``/``nvcc``: the op on
-    CUDA tensors with a GPU, else ``build_and_load`` of its spec)."""
-    os.environ["KERNKIT_CACHE_DIR"] = where
+    CUDA tensors with a GPU, else ``build_and_load`` of its spec; ``sglang``: sglang's rmsnorm,
+    import of its jit_kernel timed apart)."""
+    os.environ["KERNKIT_CACHE_DIR"] = os.environ["TVM_FFI_CACHE_DIR"] = where
     t0 = time.perf_counter()
     import torch
+
+    if backend == "sglang":
+        from bench_sglang import load_sglang
+
+        norm = load_sglang().norm
+        x = torch.randn(4, int(hidden), dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(int(hidden), dtype=torch.bfloat16, device="cuda")
+        t1, c1 = time.perf_counter(), _child_cpu()
+        norm.rmsnorm(x, w)
+        torch.cuda.synchronize()
+        return {"import_s": t1 - t0, "seconds": time.perf_counter() - t1, "cpu": _child_cpu() - c1}
 
     import kernkit.ops
     from kernkit.ops.norm import norm_spec
@@ -319,8 +332,8 @@ def _wait_for_pch(cache: Path, limit: float = 300.0) -> float:
     is made (or failed)."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit:
-        made = [(f, "prelude.h.gch") for f in (cache / "v2" / "pch").glob("*")]
-        made += [(f, "helpers.json") for f in (cache / "v2" / "helpers").glob("*")]
+        made = [(f, "prelude.h.gch.json") for f in (cache / "v2" / "pch").glob("*")]
+        made += [(f, "helpers.o.json") for f in (cache / "v2" / "helpers").glob("*")]
         if all((f / name).is_file() or (f / "failed.log").is_file() for f, name in made):
             break
         time.sleep(0.2)
@@ -382,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-compile", action="store_true", help="skip the cold-compile rows")
     ap.add_argument("--cold", action="store_true", help="only the cold-compile timeline (first call, later "
                     "specialization, warm load) per backend")
-    ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"], help="--cold's backends (emu, nvrtc, nvcc)")
+    ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"], help="--cold's backends (emu, nvrtc, nvcc; sglang for its jit_kernel)")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

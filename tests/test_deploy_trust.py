@@ -136,10 +136,10 @@ def test_no_extra_flags_refuses_a_manifest_that_carries_flags_before_building(tm
 
 def _tree(path: Path) -> dict:
     """Each file's SHA-256 and each folder, but the precompiled headers and the helper object
-    (and its lock), which detached makers started by the build that filled the cache may still be
+    (and their locks), which detached makers started by the build that filled the cache may still be
     writing."""
     def made_later(rel: Path) -> bool:
-        return bool({"pch", "helpers"} & set(rel.parts[:2])) or rel.name.startswith("helpers-")
+        return bool({"pch", "helpers"} & set(rel.parts[:2])) or rel.name.startswith(("helpers-", "pch-"))
 
     return {p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
             for p in sorted(path.rglob("*")) if not made_later(p.relative_to(path))}

@@ -13,7 +13,7 @@ import filelock
 import pytest
 import torch
 
-from kernkit.jit import pch
+from kernkit.jit import maker, pch
 
 #: A "compiler" that writes part of its output, then fails (exit 3) or is killed (SIGKILL).
 FAKE = ("import os, sys; out = sys.argv[sys.argv.index('-o') + 1]; open(out, 'w').write('partial');"
@@ -50,46 +50,52 @@ def test_the_header_is_made_after_the_call_that_asks_for_it(fresh_cache):
     assert out.returncode == 0 and "prelude.h.gch" in out.stderr  # -H: the .gch was read
 
 
+@pytest.fixture
+def no_makers(monkeypatch):
+    """Makers are queued, never started (as in a new process: nothing asked yet)."""
+    monkeypatch.setattr(maker, "_asked", set())
+    monkeypatch.setattr(maker, "_queued", [])
+    monkeypatch.setattr(maker, "start", lambda: None)
+    return maker._queued
+
+
 @pytest.mark.parametrize("how", ["fail", "kill"])
-def test_a_failed_or_killed_maker_publishes_nothing(fresh_cache, monkeypatch, how):
+def test_a_failed_or_killed_maker_publishes_nothing(fresh_cache, no_makers, how):
     """A compile that fails or dies mid-output leaves no .gch and no partial file; a failure is
     recorded so that no later build starts a maker again, a killed one is retried."""
-    started = []
-    monkeypatch.setattr(pch, "_start_maker", started.append)
     flags = [sys.executable, "-c", FAKE, how]
     assert pch.header("#include <string>\n", flags, []) is None
     (folder,) = _folders(fresh_cache)
-    (args,) = started
+    args = no_makers.pop()
     (folder / ".prelude.h.gch.99999").write_text("left by a maker that was killed")
-    assert pch.make(args[0], args[1], args[2:]) == 1  # what the detached process runs
-    assert not (folder / "prelude.h.gch").exists()
+    assert maker.make(args[0], args[1], args[2], args[3:]) == 1  # what the detached process runs
+    assert not (folder / "prelude.h.gch").exists() and not maker.made(folder, pch.GCH)
     assert not [f for f in folder.iterdir() if f.name.startswith(".prelude.h.gch.")]
     assert (folder / "failed.log").exists() == (how == "fail")
-    pch._started.clear()  # as in a new process
+    maker._asked.clear()  # as in a new process
     assert pch.header("#include <string>\n", flags, []) is None
-    assert len(started) == (1 if how == "fail" else 2)
+    assert len(no_makers) == (0 if how == "fail" else 1)
 
 
-def test_a_maker_does_nothing_while_another_holds_the_lock(fresh_cache, monkeypatch):
+def test_a_maker_does_nothing_while_another_holds_the_lock(fresh_cache, no_makers):
     """Two makers of one key: the second leaves at once, compiling nothing."""
-    monkeypatch.setattr(pch, "_start_maker", lambda args: None)  # no background maker
     flags = [sys.executable, "-c", FAKE, "fail"]
     pch.header("#include <string>\n", flags, [])
     (folder,) = _folders(fresh_cache)
-    lock = fresh_cache / "v2" / ".locks" / f"{folder.name}.lock"
-    with filelock.FileLock(str(lock)):
+    args = no_makers.pop()
+    assert args[0] == str(fresh_cache / "v2" / ".locks" / f"pch-{folder.name}.lock")
+    with filelock.FileLock(args[0]):
         t0 = time.perf_counter()
-        assert pch.make(str(lock), str(folder / "prelude.h"), flags) == 0
+        assert maker.make(args[0], args[1], args[2], args[3:]) == 0
         assert time.perf_counter() - t0 < 5
     assert not (folder / "failed.log").exists()  # it did not run the compiler
 
 
-def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(fresh_cache, monkeypatch):
+def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(fresh_cache, no_makers):
     """While the header is being made (its lock held, no .gch) an emulator build compiles without
     it; a damaged .gch in its place is parsed around: the results stay right."""
     from kernkit.ops.elementwise import scale_spec
 
-    monkeypatch.setattr(pch, "_start_maker", lambda args: None)  # the maker never comes
     x = torch.arange(8, dtype=torch.float32)
     lib = scale_spec(torch.float32, "emu").build_and_load()
     (folder,) = _folders(fresh_cache)
@@ -97,6 +103,7 @@ def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(fresh_cache, mon
     lib.scale(out, x, 2.0)
     assert torch.equal(out, x * 2)
     (folder / "prelude.h.gch").write_bytes(b"gpch.013" + b"\0" * 64)  # damaged, in the right place
+    (folder / "prelude.h.gch.json").write_text('{"sha256": "0"}')
     lib = scale_spec(torch.float16, "emu").build_and_load()
     build = next((fresh_cache / "v2").glob("scale/*fp16*/*/build.ninja")).read_text()
     assert str(folder / "prelude.h") in build  # the damaged header was offered to the compiler

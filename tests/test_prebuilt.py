@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from kernkit.jit import prebuilt
+from kernkit.jit import maker, prebuilt
 from kernkit.ops.elementwise import scale_spec
 
 #: ``kernkit::host::TensorMatcher::verify(tvm::ffi::TensorView const&, char const*) const``
@@ -27,7 +27,7 @@ def _wait_for_object(cache, limit: float = 300.0):
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < limit:
         folders = _folders(cache)
-        if folders and all(prebuilt._verified(f) for f in folders):
+        if folders and all(maker.verified(f, prebuilt.OBJECT) for f in folders):
             return folders
         time.sleep(0.1)
     raise AssertionError(f"no helper object after {limit} s")
@@ -50,7 +50,7 @@ def _linked(lib) -> bool:
 @pytest.fixture
 def made(fresh_cache, monkeypatch):
     """A cache whose first build (scale fp32, emu) is done and whose helper object is made."""
-    monkeypatch.setattr(prebuilt, "_started", set())  # as in a new process
+    monkeypatch.setattr(maker, "_asked", set())  # as in a new process
     first = scale_spec(torch.float32, "emu")
     lib = first.build()
     assert not _linked(lib)  # the helpers inline: nothing waited for the object
@@ -79,7 +79,7 @@ def test_the_library_keeps_its_helpers_to_itself(made):
 def test_an_object_that_does_not_match_its_record_is_not_used(made, fresh_cache, monkeypatch):
     good = (made / prebuilt.OBJECT).read_bytes()
     (made / prebuilt.OBJECT).write_bytes(good[:-64] + b"\0" * 64)  # not what its record names
-    monkeypatch.setattr(prebuilt, "_started", set())
+    monkeypatch.setattr(maker, "_asked", set())
     spec = scale_spec(torch.bfloat16, "emu")
     lib = spec.build()
     assert not _linked(lib)  # inline, and the object is made again
@@ -91,18 +91,19 @@ def test_an_object_that_does_not_match_its_record_is_not_used(made, fresh_cache,
 def test_a_failed_maker_publishes_nothing_and_is_not_retried(fresh_cache, monkeypatch):
     """A compile that fails leaves failed.log and no object; later builds keep the helpers
     inline and ask for no maker again."""
-    monkeypatch.setattr(prebuilt, "_started", set())
-    monkeypatch.setattr(prebuilt, "_pending", [])  # the maker runs here, not detached
+    monkeypatch.setattr(maker, "_asked", set())
+    monkeypatch.setattr(maker, "_queued", [])  # the maker runs here, not detached
     build_dir = fresh_cache / "v2" / ".staging" / "b"
     build_dir.mkdir(parents=True)
     fail = [sys.executable, "-c", "import sys; sys.exit(3)"]
     assert not prebuilt.stage(build_dir, "k" * 16, fail)
-    args = prebuilt._pending.pop()
-    assert prebuilt.make(args[0], args[1], args[2:]) == 1
+    args = maker._queued.pop()
+    assert args[0] == str(fresh_cache / "v2" / ".locks" / f"helpers-{'k' * 16}.lock")
+    assert maker.make(args[0], args[1], args[2], args[3:]) == 1
     folder = fresh_cache / "v2" / "helpers" / ("k" * 16)
     assert (folder / "failed.log").is_file() and not (folder / prebuilt.OBJECT).exists()
-    prebuilt._started.clear()  # a new process
-    assert not prebuilt.stage(build_dir, "k" * 16, fail) and not prebuilt._pending
+    maker._asked.clear()  # a new process
+    assert not prebuilt.stage(build_dir, "k" * 16, fail) and not maker._queued
 
 
 def test_the_key_leaves_out_forced_includes():

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from . import pch, prebuilt
+from . import maker, pch, prebuilt
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 #: kernkit's C++ headers (``#include <kernkit/...>``).
@@ -300,10 +300,10 @@ def run_ninja(build_dir: Path, title: str) -> None:
     """Run the build, keeping its output in ``build.log`` as the compilers wrote it (any
     encoding); raise ``CompileError`` naming the failed command."""
     proc = subprocess.run([_ninja(), "-C", str(build_dir), "-v"], capture_output=True)
+    maker.start()  # the helper object the build lacked, for the builds after it
     raw = proc.stdout + proc.stderr
     (build_dir / "build.log").write_bytes(raw)
     if proc.returncode == 0:
-        prebuilt.start_makers()  # the helper object the build lacked, for the builds after it
         return
     log = raw.decode(errors="replace")
     lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]

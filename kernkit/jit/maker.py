@@ -1,0 +1,121 @@
+"""Detached makers of the files a cache's builds share but never wait for: the precompiled
+header (``pch.py``) and the prebuilt helper object (``prebuilt.py``).
+
+``request`` queues a compile of ``<cache>/v2/<kind>/<key16>/<product>``; ``start`` runs the
+queued ones as detached processes (this file run as a script, at a low priority, under the
+product's lock ``.locks/<kind>-<key16>.lock``), so no build waits for one. A maker compiles to
+a private name, then publishes the product by one ``os.replace`` and its record
+(``<product>.json``: ``{"sha256": ...}``) by another, so a reader that finds the record finds
+the whole product. A compile that fails leaves ``failed.log`` and no process asks for that key
+again (delete the folder to retry); one that is killed leaves nothing, and a later build asks
+again. This file imports nothing from kernkit: it runs as a script.
+
+    python maker.py <lock file> <folder> <product> <compiler and arguments>...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: The folders this process has asked for (one attempt per folder and process).
+_asked: set[Path] = set()
+#: The makers asked for and not started yet (``start``).
+_queued: list[list[str]] = []
+
+
+def request(folder: Path, product: str, command: list[str]) -> None:
+    """Queue the making of ``folder/product`` by ``command`` (run in ``folder``; ``-o <file>``
+    is appended), unless this process asked for it before or an attempt failed. The caller has
+    written the inputs the command reads into ``folder``.
+
+    Parameters
+    ----------
+    folder
+        ``<cache>/v2/<kind>/<key16>``; its lock is ``<cache>/v2/.locks/<kind>-<key16>.lock``.
+    product
+        The file's name in ``folder``.
+    command
+        The compiler and its arguments, without the output.
+
+    Example
+    -------
+    >>> request(root / "pch" / key, "prelude.h.gch", ["g++", "-x", "c++-header", "-c", "prelude.h"])  # doctest: +SKIP
+    >>> start()  # doctest: +SKIP
+    """
+    if not may_ask(folder):
+        return
+    _asked.add(folder)
+    locks = folder.parent.parent / ".locks"
+    locks.mkdir(exist_ok=True)
+    _queued.append([str(locks / f"{folder.parent.name}-{folder.name}.lock"), str(folder), product, *command])
+
+
+def may_ask(folder: Path) -> bool:
+    """Whether ``request`` would queue a maker for ``folder``: this process has not asked for it
+    and no attempt has failed."""
+    return folder not in _asked and not (folder / "failed.log").exists()
+
+
+def start() -> None:
+    """Start the queued makers, detached: their own session and no inherited descriptors (a
+    caller reading our output to its end, a test runner or a benchmark, would wait for them)."""
+    while _queued:
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), *_queued.pop(0)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
+
+
+def made(folder: Path, product: str) -> bool:
+    """Whether ``folder/product`` is published (its record is there)."""
+    return (folder / f"{product}.json").is_file()
+
+
+def verified(folder: Path, product: str, copy: Path | None = None) -> bool:
+    """Whether ``copy`` (default: ``folder/product``) has the SHA-256 its record names."""
+    try:
+        want = json.loads((folder / f"{product}.json").read_text())["sha256"]
+        return hashlib.sha256((copy or folder / product).read_bytes()).hexdigest() == want
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def make(lock_file: str, folder: str, product: str, command: list[str]) -> int:
+    """Make ``folder/product`` with ``command`` unless another process holds ``lock_file`` or a
+    product matching its record is there. Returns 0 when it is there or another maker works on
+    it, 1 when the compile failed (``failed.log`` keeps its output when it exited with an error)."""
+    import filelock
+
+    lock = filelock.FileLock(lock_file)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return 0
+    try:
+        path = Path(folder)
+        if verified(path, product):
+            return 0
+        for old in path.glob(f".{product}.*"):  # left by a maker that was killed: only the holder writes
+            old.unlink()
+        tmp = path / f".{product}.{os.getpid()}"
+        proc = subprocess.run([*command, "-o", tmp.name], cwd=path, capture_output=True)
+        if proc.returncode:
+            tmp.unlink(missing_ok=True)
+            if proc.returncode > 0:  # not killed (out of memory, a signal): do not try again
+                (path / "failed.log").write_bytes(proc.stdout + proc.stderr)
+            return 1
+        record = path / f".{product}.json.{os.getpid()}"
+        record.write_text(json.dumps({"sha256": hashlib.sha256(tmp.read_bytes()).hexdigest()}))
+        os.replace(tmp, path / product)  # the product first: a record names only a whole product
+        os.replace(record, path / f"{product}.json")
+        return 0
+    finally:
+        lock.release()
+
+
+if __name__ == "__main__":
+    os.nice(10)  # a build in the foreground goes first
+    sys.exit(make(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]))

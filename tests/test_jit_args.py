@@ -55,8 +55,8 @@ def test_rendered_unit_exports_each_wrapper_inside_namespace_kernkit(tmp_path):
     text = _unit(JitSpec.make("k", 1, cpp_files=[str(src)], cpp_wrappers=[("run_a", "A<1, 2>::run"), ("run_b", "f<float>")]))
     assert f'#include "{src}"' in text
     ns = text.index("namespace kernkit {")
-    assert text.index("TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_a, (A<1, 2>::run));") > ns
-    assert text.index("TVM_FFI_DLL_EXPORT_TYPED_FUNC(run_b, (f<float>));") > ns
+    assert text.index("KERNKIT_EXPORT(run_a, (A<1, 2>::run))") > ns
+    assert text.index("KERNKIT_EXPORT(run_b, (f<float>))") > ns
     assert text.rstrip().endswith("}  // namespace kernkit")
 
 

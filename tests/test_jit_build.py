@@ -190,6 +190,48 @@ def test_concurrent_cold_builds_from_several_processes_compile_once(tmp_path, fr
     assert not any((fresh_cache / "v2" / ".staging").iterdir())
 
 
+EXPORTS = """\
+#pragma once
+#include <kernkit/ffi.h>
+#include <kernkit/tensor.h>
+#include <stdexcept>
+namespace kernkit {
+inline double mix(tvm::ffi::TensorView t, int64_t n, double f, bool b) { return t.numel() * 1000 + n * 10 + f + b; }
+inline tvm::ffi::Tensor same(tvm::ffi::TensorView t) { return host::ffi::empty_like(t); }
+inline void fails(int64_t kind) {
+  if (kind == 0) throw std::runtime_error("plain std exception");
+  KERNKIT_CHECK(false, ValueError) << "'kind': expected 0, got " << kind;
+}
+}
+"""
+
+
+def test_exports_convert_arguments_as_tvm_ffi_and_name_a_mismatch(tmp_path, fresh_cache):
+    """KERNKIT_EXPORT: tvm-ffi's conversions (an int for a float or a bool, a bool for an int),
+    results back through Any (a float, a tensor), a mismatched count or type as a TypeError
+    naming the function and the argument, and exceptions across the boundary with their kind."""
+    src = tmp_path / "exports.h"
+    src.write_text(EXPORTS)
+    mod = load_jit("exports", cpp_files=[str(src)], cpp_wrappers=[("mix", "mix"), ("same", "same"),
+                                                                  ("fails", "fails")])
+    t = torch.zeros(2, 3)
+    assert mod.mix(t, 4, 0.5, True) == 6041.5
+    assert mod.mix(t, True, 2, 0) == 6012.0
+    out = mod.same(t)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 3) and out.dtype == torch.float32
+    with pytest.raises(TypeError, match=r"^Mismatched number of arguments when calling: `mix`. Expected 4 but got 3"):
+        mod.mix(t, 4, 0.5)
+    with pytest.raises(TypeError, match=r"^Mismatched type on argument #0 when calling: `mix`. Expected `DLTensor\*` "
+                                        r"but got `int`$"):
+        mod.mix(1, 4, 0.5, True)
+    with pytest.raises(TypeError, match=r"^Mismatched type on argument #2 when calling: `mix`. Expected `float`"):
+        mod.mix(t, 4, "x", True)
+    with pytest.raises(ValueError, match=r"^'kind': expected 0, got 3$"):
+        mod.fails(3)
+    with pytest.raises(RuntimeError, match="plain std exception"):
+        mod.fails(0)
+
+
 def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_cache):
     bad = tmp_path / "broken.h"
     bad.write_text("#pragma once\nnamespace kernkit {\ninline int broken() { return undeclared_name; }\n}\n")
@@ -197,7 +239,7 @@ def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_ca
         load_jit("broken", 3, cpp_files=[str(bad)], cpp_wrappers=[("broken", "broken")])
     err = info.value
     assert err.spec == "broken<3>"
-    assert Path(err.source).is_file() and "TVM_FFI_DLL_EXPORT_TYPED_FUNC(broken, (broken));" in Path(err.source).read_text()
+    assert Path(err.source).is_file() and "KERNKIT_EXPORT(broken, (broken))" in Path(err.source).read_text()
     assert "-c host.cc" in err.command and "c++" in err.command
     assert any("undeclared_name" in line for line in err.errors)
     text = str(err)

@@ -14,6 +14,7 @@ or foreign one costs time, never correctness.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 from . import maker
@@ -65,7 +66,7 @@ def header(text: str, flags: list[str], identity: object) -> Path | None:
         return path
     cache.ensure_dir(folder)
     if not path.is_file():
-        tmp = folder / f".prelude.h.{os.getpid()}"
+        tmp = folder / f".prelude.h.{uuid.uuid4().hex}"  # not the pid: builds run in threads too
         tmp.write_text(text)
         os.replace(tmp, path)  # the same text under one key: any writer's file is the right one
     maker.request(folder, GCH, [*flags, "-x", "c++-header", "-c", path.name])

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 from . import maker
@@ -37,8 +38,8 @@ from . import maker
 #: GCC refuses a precompiled header for a macro defined on the command line that it lacks).
 USE = "#define KERNKIT_HOST_PREBUILT 1\n#line 1\n"
 #: The unit that defines the helpers.
-SOURCE = ("#define KERNKIT_HOST_PREBUILT 1\n#define KERNKIT_HOST_PREBUILT_IMPL 1\n#include <kernkit/tensor.h>\n"
-          "#include <kernkit/rows.cuh>\n#include <kernkit/runtime.cuh>\n")
+SOURCE = ("#define KERNKIT_HOST_PREBUILT 1\n#define KERNKIT_HOST_PREBUILT_IMPL 1\n#include <kernkit/export.h>\n"
+          "#include <kernkit/tensor.h>\n#include <kernkit/rows.cuh>\n#include <kernkit/runtime.cuh>\n")
 OBJECT = "helpers.o"
 
 
@@ -85,9 +86,12 @@ def stage(build_dir: Path, object_key: str, command: list[str]) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if (build_dir / "host" / "kernkit").is_dir() and not (folder / "host").is_dir():
-            tmp = folder / f".host.{os.getpid()}"
+            tmp = folder / f".host.{uuid.uuid4().hex}"  # not the pid: builds run in threads too
             shutil.copytree(build_dir / "host" / "kernkit", tmp / "kernkit")
-            os.replace(tmp, folder / "host")
+            try:
+                os.replace(tmp, folder / "host")
+            except OSError:  # another build's copy came first: the same files
+                shutil.rmtree(tmp, ignore_errors=True)
         (folder / "helpers.cc").write_text(SOURCE)  # the same text under one key
         maker.request(folder, OBJECT, [*command, "-c", "helpers.cc"])
     except OSError:

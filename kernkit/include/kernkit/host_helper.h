@@ -1,6 +1,7 @@
 /// \file host_helper.h
 /// \brief `KERNKIT_HOST_HELPER`: how the shared host helpers (`TensorMatcher`'s checks,
-/// `check_no_overlap`, the row checks of rows.cuh, the device queries of runtime.cuh: code that
+/// `check_no_overlap`, the row checks of rows.cuh, the device queries of runtime.cuh, the call
+/// boundary of export.h: code that
 /// is the same in every specialization) are compiled.
 ///
 /// By default they are inline functions of the headers, compiled again by every unit that uses

@@ -198,6 +198,7 @@ EXPORTS = """\
 namespace kernkit {
 inline double mix(tvm::ffi::TensorView t, int64_t n, double f, bool b) { return t.numel() * 1000 + n * 10 + f + b; }
 inline tvm::ffi::Tensor same(tvm::ffi::TensorView t) { return host::ffi::empty_like(t); }
+inline bool is_int(tvm::ffi::AnyView v) { return v.type_index() == kTVMFFIInt; }
 inline void fails(int64_t kind) {
   if (kind == 0) throw std::runtime_error("plain std exception");
   KERNKIT_CHECK(false, ValueError) << "'kind': expected 0, got " << kind;
@@ -207,18 +208,19 @@ inline void fails(int64_t kind) {
 
 
 def test_exports_convert_arguments_as_tvm_ffi_and_name_a_mismatch(tmp_path, fresh_cache):
-    """KERNKIT_EXPORT: tvm-ffi's conversions (an int for a float or a bool, a bool for an int),
-    results back through Any (a float, a tensor), a mismatched count or type as a TypeError
+    """KERNKIT_EXPORT: tvm-ffi's conversions (an int for a float or a bool, a bool for an int,
+    an AnyView as it is), results back through Any (a float, a tensor, a bool), a mismatched count or type as a TypeError
     naming the function and the argument, and exceptions across the boundary with their kind."""
     src = tmp_path / "exports.h"
     src.write_text(EXPORTS)
     mod = load_jit("exports", cpp_files=[str(src)], cpp_wrappers=[("mix", "mix"), ("same", "same"),
-                                                                  ("fails", "fails")])
+                                                                  ("is_int", "is_int"), ("fails", "fails")])
     t = torch.zeros(2, 3)
     assert mod.mix(t, 4, 0.5, True) == 6041.5
     assert mod.mix(t, True, 2, 0) == 6012.0
     out = mod.same(t)
     assert isinstance(out, torch.Tensor) and out.shape == (2, 3) and out.dtype == torch.float32
+    assert mod.is_int(3) is True and mod.is_int(3.0) is False and mod.is_int(t) is False  # AnyView as it is
     with pytest.raises(TypeError, match=r"^Mismatched number of arguments when calling: `mix`. Expected 4 but got 3"):
         mod.mix(t, 4, 0.5)
     with pytest.raises(TypeError, match=r"^Mismatched type on argument #0 when calling: `mix`. Expected `DLTensor\*` "

@@ -71,13 +71,20 @@ KERNKIT_HOST_HELPER int call(Body body, const TVMFFIAny* args, int32_t num_args,
 }
 #endif
 
-/// \brief Argument `index` of `args` as a `T`, by tvm-ffi's conversion; `mismatch` where there
-/// is none.
+/// \brief Argument `index` of `args` as a `T`, converted as tvm-ffi's own export converts it
+/// (`AnyView` and `Any` as they are, any other type by `AnyView::try_cast`); `mismatch` where
+/// there is no conversion.
 template <typename T>
 inline T arg(const TVMFFIAny* args, int32_t index, const char* name) {
-  using Traits = ::tvm::ffi::TypeTraits<T>;
-  if (auto value = Traits::TryCastFromAnyView(args + index)) return *std::move(value);
-  mismatch(name, index, Traits::TypeStr(), args[index]);
+  const ::tvm::ffi::AnyView& view = reinterpret_cast<const ::tvm::ffi::AnyView*>(args)[index];
+  if constexpr (std::is_same_v<T, ::tvm::ffi::AnyView>) {
+    return view;
+  } else if constexpr (std::is_same_v<T, ::tvm::ffi::Any>) {
+    return ::tvm::ffi::Any(view);
+  } else {
+    if (auto value = view.template try_cast<T>()) return *std::move(value);
+    mismatch(name, index, ::tvm::ffi::TypeTraits<T>::TypeStr(), args[index]);
+  }
 }
 
 /// \brief Call `f` with `args` converted to its parameter types; a result goes into `result`

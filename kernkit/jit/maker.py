@@ -63,9 +63,14 @@ def may_ask(folder: Path) -> bool:
 
 def start() -> None:
     """Start the queued makers, detached: their own session and no inherited descriptors (a
-    caller reading our output to its end, a test runner or a benchmark, would wait for them)."""
-    while _queued:
-        subprocess.Popen([sys.executable, os.path.abspath(__file__), *_queued.pop(0)], stdin=subprocess.DEVNULL,
+    caller reading our output to its end, a test runner or a benchmark, would wait for them).
+    Safe from several threads (a parallel ``warmup``): each queued maker is popped by one."""
+    while True:
+        try:
+            args = _queued.pop(0)
+        except IndexError:
+            return
+        subprocess.Popen([sys.executable, os.path.abspath(__file__), *args], stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True, start_new_session=True)
 
 

@@ -64,6 +64,8 @@ def header(text: str, flags: list[str], identity: object) -> Path | None:
     path = folder / "prelude.h"
     if maker.made(folder, GCH):
         return path
+    if not maker.may_ask(folder):  # asked for already in this process, or failed
+        return None
     cache.ensure_dir(folder)
     if not path.is_file():
         tmp = folder / f".prelude.h.{uuid.uuid4().hex}"  # not the pid: builds run in threads too

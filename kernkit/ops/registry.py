@@ -223,10 +223,12 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
 
     read = [n for n in tensors if n not in written]
     # True exactly where ``refuse`` raises or warns, so that a call under inference mode (whose
-    # tensors are inference tensors) or no_grad stays on this path.
-    tests = [test(n, f"({n}.requires_grad and grad_enabled()) or ({n}.is_inference() and not inference_mode()) "
-                     f"or {n}.is_neg()" if n in written else f"{n}.is_neg()")
-             for n in tensors]
+    # tensors are inference tensors) or no_grad stays on this path. Under inference mode grad
+    # mode is off and inference tensors may be written, so only the negative bit refuses: the
+    # serving path reads one flag a tensor (``negs``); outside it, ``tests``.
+    negs = " or ".join(test(n, f"{n}.is_neg()") for n in tensors) or "False"
+    tests = [test(n, f"({n}.requires_grad and grad_enabled()) or {n}.is_inference() or {n}.is_neg()"
+                  if n in written else f"{n}.is_neg()") for n in tensors]
     if read:  # an input that requires grad: only under grad mode (a Parameter under no_grad passes)
         tests.append(f"(({' or '.join(test(n, f'{n}.requires_grad') for n in read)}) and grad_enabled())")
     tests = " or ".join(tests) or "False"
@@ -237,7 +239,8 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     exec(f"def {fn.__name__}({', '.join(params)}):\n"
          f"    if is_compiling():\n        return traced({call})\n"
          f"    try:\n"
-         f"        if {tests}:\n            refuse({{{', '.join(f'{n!r}: {n}' for n in tensors)}}})\n"
+         f"        if ({negs}) if inference_mode() else ({tests}):\n"
+         f"            refuse({{{', '.join(f'{n!r}: {n}' for n in tensors)}}})\n"
          f"        result = fn({call})\n"
          f"    except ERRORS as e:\n        named = name_error(e, ({''.join(n + ', ' for n in pos)}), {kwargs})\n"
          f"        if named is None:\n            raise\n        raise named from e\n"

@@ -180,18 +180,28 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
       float s[kPairs];
       device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(c, row + first);
       device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf + first);
+      // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x. Every
+      // element is read before any is written: a pair read from a word that already holds a
+      // result would wait for it (a chain of byte permutes from pair to pair).
+      float xf[kPairs];
+      float yf[kPairs];
       KERNKIT_UNROLL
       for (int i = 0; i < kPairs; ++i) {
-        // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x.
-        vec_t& xvec = kIsNeox ? xv[i / kAccess] : xv[(2 * i) / kAccess];
-        vec_t& yvec = kIsNeox ? yv[i / kAccess] : xv[(2 * i + 1) / kAccess];
-        const int xk = kIsNeox ? i % kAccess : (2 * i) % kAccess;
-        const int yk = kIsNeox ? i % kAccess : (2 * i + 1) % kAccess;
-        float xf = device::element_fp32(xvec, xk);
-        float yf = device::element_fp32(yvec, yk);
-        device::rope::rotate(xf, yf, c[i], s[i]);
-        xvec[xk] = device::cast<T>(xf);
-        yvec[yk] = device::cast<T>(yf);
+        xf[i] = kIsNeox ? device::element_fp32(xv[i / kAccess], i % kAccess)
+                        : device::element_fp32(xv[(2 * i) / kAccess], (2 * i) % kAccess);
+        yf[i] = kIsNeox ? device::element_fp32(yv[i / kAccess], i % kAccess)
+                        : device::element_fp32(xv[(2 * i + 1) / kAccess], (2 * i + 1) % kAccess);
+        device::rope::rotate(xf[i], yf[i], c[i], s[i]);
+      }
+      KERNKIT_UNROLL
+      for (int i = 0; i < kPairs; ++i) {
+        if constexpr (kIsNeox) {
+          xv[i / kAccess][i % kAccess] = device::cast<T>(xf[i]);
+          yv[i / kAccess][i % kAccess] = device::cast<T>(yf[i]);
+        } else {
+          xv[(2 * i) / kAccess][(2 * i) % kAccess] = device::cast<T>(xf[i]);
+          xv[(2 * i + 1) / kAccess][(2 * i + 1) % kAccess] = device::cast<T>(yf[i]);
+        }
       }
     }
     KERNKIT_UNROLL

@@ -335,8 +335,11 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 
 /// \brief out[r, i] = act(x[r, i]) * x[r, d + i], in fp32, rounded once to `T`.
 ///
-/// `blockIdx.y` picks a chunk of `blockDim.x` vectors of a row, `blockIdx.x` strides over the
+/// `blockIdx.x` picks a chunk of `blockDim.x` vectors of a row, `blockIdx.y` strides over the
 /// rows; each thread loads one vector of the gate half and the matching vector of the up half.
+/// Blocks are issued x first, so consecutive blocks cover consecutive chunks of one row; with
+/// the rows on x, consecutive blocks were a row apart in memory and large inputs ran 4% slower
+/// (benchmark/results/tuning-h200-2026-12-03.md).
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
 /// \tparam kVecN Elements per vector access (16 bytes worth, or 1 for unaligned rows).
@@ -353,13 +356,13 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 template <typename T, int32_t kAct, int32_t kVecN, bool kUsePDL>
 __global__ void __launch_bounds__(256, 8)
     act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_row_stride, int64_t rows, int64_t d) {
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;  // vector within the row
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // vector within the row
   const bool active = i < d / kVecN;
 
   // Nothing above reads global memory; `x` may be what the previous kernel wrote.
   device::PDLWaitPrimary<kUsePDL>();
 
-  for (int64_t row = blockIdx.x; active && row < rows; row += gridDim.x) {
+  for (int64_t row = blockIdx.y; active && row < rows; row += gridDim.y) {
     const T* const gate = x + row * x_row_stride;
     device::act::act_mul_vec<kAct, kVecN>(gate, gate + d, out + row * d, i);
   }
@@ -411,16 +414,19 @@ void act_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   const auto kernel = aligned ? act_and_mul_kernel<T, kAct, kVecN, kUsePDL> : act_and_mul_kernel<T, kAct, 1, kUsePDL>;
   const int64_t vecs = aligned ? d / kVecN : d;
 
-  // One block covers up to 256 vectors of a row (grid y: the chunks of a row), so that a few
-  // tokens still spread over many SMs; grid x strides over the rows.
-  const int64_t threads = std::min<int64_t>(256, div_ceil(vecs, int64_t{32}) * 32);
+  // One block covers up to 256 vectors of a row (grid x: the chunks of a row), so that a few
+  // tokens still spread over many SMs; grid y strides over the rows. A grid of at most
+  // `kFewBlocks` such blocks (a token or two) takes blocks of 128 threads instead: twice as many
+  // SMs move the token's bytes, which is faster there and slower from about 14 blocks on
+  // (benchmark/results/tuning-h200-2026-12-03.md).
+  constexpr int64_t kFewBlocks = 8;
+  const int64_t wide = std::min<int64_t>(256, div_ceil(vecs, int64_t{32}) * 32);
+  const int64_t threads = xr.num_rows * div_ceil(vecs, wide) <= kFewBlocks ? std::min<int64_t>(128, wide) : wide;
   const int64_t chunks = div_ceil(vecs, threads);
-  KERNKIT_CHECK(chunks <= 65535, ValueError)
-      << "'x': rows of " << xr.row_len << " elements are longer than act_and_mul takes (2 * d <= "
-      << 2 * 65535 * 256 * (aligned ? int64_t{kVecN} : int64_t{1}) << " for this alignment)";
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  const auto grid_x = static_cast<uint32_t>(std::min(xr.num_rows, std::max<int64_t>(1, kMaxBlocks / chunks)));
-  LaunchKernel(dim3(grid_x, static_cast<uint32_t>(chunks)), static_cast<uint32_t>(threads), x.device())
+  KERNKIT_CHECK(chunks <= 0x7fffffff, ValueError)
+      << "'x': rows of " << xr.row_len << " elements are longer than act_and_mul takes";
+  const auto grid_y = static_cast<uint32_t>(std::min<int64_t>(xr.num_rows, 65535));
+  LaunchKernel(dim3(static_cast<uint32_t>(chunks), grid_y), static_cast<uint32_t>(threads), x.device())
       .enable_pdl(kUsePDL)(kernel, out_ptr, x_ptr, xr.row_stride, xr.num_rows, d);
 }
 

@@ -400,12 +400,19 @@ KERNKIT_HOST_HELPER FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, con
 
 KERNKIT_HOST_HELPER void check_rows_like(const tvm::ffi::TensorView& t, const char* role, const tvm::ffi::TensorView& x,
                             const char* x_role, int64_t last) {
-  std::vector<int64_t> want(x.shape().begin(), x.shape().end());
-  want.back() = last;
+  // Compared in place: this runs on every call, and a vector of the wanted shape cost a heap
+  // allocation each time. The message builds it only on failure.
+  const auto have = x.shape();
   const auto shape = t.shape();
-  KERNKIT_CHECK(shape.size() == want.size() && std::equal(want.begin(), want.end(), shape.begin()), ValueError)
-      << "'" << role << "': expected shape " << detail::format_list(want) << " (from '" << x_role << "'), got "
-      << detail::format_list(shape);
+  const size_t n = have.size();
+  KERNKIT_CHECK(n > 0 && shape.size() == n && std::equal(have.begin(), have.end() - 1, shape.begin()) &&
+                    shape[n - 1] == last,
+                ValueError)
+      << "'" << role << "': expected shape " << detail::format_list([&] {
+           std::vector<int64_t> want(have.begin(), have.end());
+           if (n > 0) want.back() = last;
+           return want;
+         }()) << " (from '" << x_role << "'), got " << detail::format_list(shape);
 }
 
 KERNKIT_HOST_HELPER void check_same_device(const tvm::ffi::TensorView& t, const char* role, DLDevice device,

@@ -757,3 +757,34 @@ def test_two_kernkit_versions_share_a_cache_without_loading_each_others_builds(t
     assert run("-", KERNKIT_JIT="off")["path"] == mine["path"]
     assert run("9.9.9", KERNKIT_JIT="off")["path"] == other["path"]
     assert len(_published(fresh_cache)) == 2
+
+
+@pytest.mark.slow
+def test_installations_of_one_version_with_other_headers_do_not_share_builds(tmp_path, fresh_cache):
+    """Two checkouts of the same version share a cache (one key: the key names the version), and
+    one of them has edited a kernkit header the kernel includes: neither loads the other's build.
+    A third copy whose files equal this installation's takes this installation's build."""
+    edited, same = tmp_path / "edited-checkout", tmp_path / "same-checkout"
+    for root in (edited, same):
+        shutil.copytree(REPO / "kernkit", root / "kernkit", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(edited / "kernkit" / "include" / "kernkit" / "utils.h", "a") as f:
+        f.write("// edited in this checkout\n")
+    src = _source(tmp_path, offset=90)
+
+    def run(root: Path | None, **env: str) -> dict:
+        path = {"PYTHONPATH": str(root)} if root is not None else {}
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(BUILD_AND_DESCRIBE), str(src)],
+                              env={**os.environ, **path, **env}, cwd=str(tmp_path), capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    mine = run(None)
+    assert mine["result"] == 91
+    assert run(edited, KERNKIT_JIT="off") == {"error": "JitDisabledError"}
+    assert run(same, KERNKIT_JIT="off")["path"] == mine["path"]
+    theirs = run(edited)
+    assert Path(theirs["path"]).parent.parent == Path(mine["path"]).parent.parent  # one key directory
+    assert theirs["path"] != mine["path"]
+    assert run(None, KERNKIT_JIT="off")["path"] == mine["path"]
+    assert run(edited, KERNKIT_JIT="off")["path"] == theirs["path"]

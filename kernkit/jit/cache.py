@@ -45,7 +45,7 @@ import uuid
 import warnings
 from pathlib import Path
 
-from .backends import LIB_NAME
+from .backends import LIB_NAME, PACKAGE_ROOT
 from .config import CACHE_DIR_VAR, cache_dir
 
 LAYOUT = "v2"
@@ -230,9 +230,29 @@ def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path
                                  or [c["stamp"] for c in meta["compilers"]] == compilers):
             builds.append((meta["built_at"], build_dir, meta))
     for _, build_dir, meta in sorted(builds, key=lambda b: b[0], reverse=True):
-        if all(unchanged(dep) for dep in meta["deps"]):
+        if all(unchanged(dep) for dep in meta["deps"]) and _same_package_files(meta):
             return build_dir / LIB_NAME
     return None
+
+
+def _same_package_files(meta: dict) -> bool:
+    """Whether this installation's kernkit files are those a build read. A build made by another
+    installation of the same version (another checkout or environment: its record's ``package``)
+    recorded that package's headers, which may differ from this one's while the key, which names
+    the version and not the headers, is the same; each is compared with this installation's copy
+    by content, as ``cache import`` compares them."""
+    other = meta.get("package")
+    if not other or Path(other) == PACKAGE_ROOT:
+        return True
+    for path, size, *_, digest in meta["deps"]:
+        if Path(other) in Path(path).parents:
+            mine = PACKAGE_ROOT / Path(path).relative_to(other)
+            try:
+                if mine.stat().st_size != size or sha256(mine) != digest:
+                    return False
+            except OSError:
+                return False
+    return True
 
 
 @contextlib.contextmanager

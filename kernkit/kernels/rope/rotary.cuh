@@ -183,25 +183,22 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
       // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x. Every
       // element is read before any is written: a pair read from a word that already holds a
       // result would wait for it (a chain of byte permutes from pair to pair).
+      const auto x_vec = [&](int i) -> vec_t& { return xv[(kIsNeox ? i : 2 * i) / kAccess]; };
+      const auto y_vec = [&](int i) -> vec_t& { return kIsNeox ? yv[i / kAccess] : xv[(2 * i + 1) / kAccess]; };
+      const auto x_k = [](int i) { return (kIsNeox ? i : 2 * i) % kAccess; };
+      const auto y_k = [](int i) { return (kIsNeox ? i : 2 * i + 1) % kAccess; };
       float xf[kPairs];
       float yf[kPairs];
       KERNKIT_UNROLL
       for (int i = 0; i < kPairs; ++i) {
-        xf[i] = kIsNeox ? device::element_fp32(xv[i / kAccess], i % kAccess)
-                        : device::element_fp32(xv[(2 * i) / kAccess], (2 * i) % kAccess);
-        yf[i] = kIsNeox ? device::element_fp32(yv[i / kAccess], i % kAccess)
-                        : device::element_fp32(xv[(2 * i + 1) / kAccess], (2 * i + 1) % kAccess);
+        xf[i] = device::element_fp32(x_vec(i), x_k(i));
+        yf[i] = device::element_fp32(y_vec(i), y_k(i));
         device::rope::rotate(xf[i], yf[i], c[i], s[i]);
       }
       KERNKIT_UNROLL
       for (int i = 0; i < kPairs; ++i) {
-        if constexpr (kIsNeox) {
-          xv[i / kAccess][i % kAccess] = device::cast<T>(xf[i]);
-          yv[i / kAccess][i % kAccess] = device::cast<T>(yf[i]);
-        } else {
-          xv[(2 * i) / kAccess][(2 * i) % kAccess] = device::cast<T>(xf[i]);
-          xv[(2 * i + 1) / kAccess][(2 * i + 1) % kAccess] = device::cast<T>(yf[i]);
-        }
+        x_vec(i)[x_k(i)] = device::cast<T>(xf[i]);
+        y_vec(i)[y_k(i)] = device::cast<T>(yf[i]);
       }
     }
     KERNKIT_UNROLL

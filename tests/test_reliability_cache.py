@@ -728,6 +728,16 @@ BUILD_AND_DESCRIBE = """
 """
 
 
+def _build_in(src: Path, cwd: Path, root: Path | None, **env: str) -> dict:
+    """``BUILD_AND_DESCRIBE`` of ``src`` in a new process importing kernkit from ``root`` (None:
+    this installation)."""
+    path = {"PYTHONPATH": str(root)} if root is not None else {}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(BUILD_AND_DESCRIBE), str(src)],
+                          env={**os.environ, **path, **env}, cwd=str(cwd), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_two_kernkit_versions_share_a_cache_without_loading_each_others_builds(tmp_path, fresh_cache):
     """A second kernkit installation (a copy of the package whose version says 9.9.9) and this one
@@ -740,12 +750,7 @@ def test_two_kernkit_versions_share_a_cache_without_loading_each_others_builds(t
     src = _source(tmp_path, offset=80)
 
     def run(version: str, **env: str) -> dict:
-        path = {"PYTHONPATH": str(other_root)} if version != "-" else {}
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(BUILD_AND_DESCRIBE), str(src)],
-                              env={**os.environ, **path, **env}, cwd=str(tmp_path), capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout.splitlines()[-1])
+        return _build_in(src, tmp_path, other_root if version != "-" else None, **env)
 
     mine = run("-")
     assert mine["kernkit"] == __version__ and mine["result"] == 81
@@ -772,12 +777,7 @@ def test_installations_of_one_version_with_other_headers_do_not_share_builds(tmp
     src = _source(tmp_path, offset=90)
 
     def run(root: Path | None, **env: str) -> dict:
-        path = {"PYTHONPATH": str(root)} if root is not None else {}
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(BUILD_AND_DESCRIBE), str(src)],
-                              env={**os.environ, **path, **env}, cwd=str(tmp_path), capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout.splitlines()[-1])
+        return _build_in(src, tmp_path, root, **env)
 
     mine = run(None)
     assert mine["result"] == 91

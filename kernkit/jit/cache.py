@@ -235,23 +235,29 @@ def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path
     return None
 
 
+def local_path(path: str, package: str | None) -> Path:
+    """Where this installation has a file a build recorded at ``path``: the same path, or, for a
+    file of another kernkit installation's package directory (the record's ``package``), this
+    installation's copy of it. ``find`` and ``cache import`` compare that copy by content."""
+    if package and Path(package) != PACKAGE_ROOT and Path(package) in Path(path).parents:
+        return PACKAGE_ROOT / Path(path).relative_to(package)
+    return Path(path)
+
+
 def _same_package_files(meta: dict) -> bool:
     """Whether this installation's kernkit files are those a build read. A build made by another
-    installation of the same version (another checkout or environment: its record's ``package``)
-    recorded that package's headers, which may differ from this one's while the key, which names
-    the version and not the headers, is the same; each is compared with this installation's copy
-    by content, as ``cache import`` compares them."""
-    other = meta.get("package")
-    if not other or Path(other) == PACKAGE_ROOT:
+    installation of the same version (another checkout or environment) recorded that package's
+    headers, which may differ from this one's while the key, which names the version and not the
+    headers, is the same."""
+    if not meta.get("package") or Path(meta["package"]) == PACKAGE_ROOT:
         return True
     for path, size, *_, digest in meta["deps"]:
-        if Path(other) in Path(path).parents:
-            mine = PACKAGE_ROOT / Path(path).relative_to(other)
-            try:
-                if mine.stat().st_size != size or sha256(mine) != digest:
-                    return False
-            except OSError:
+        mine = local_path(path, meta["package"])
+        try:
+            if mine != Path(path) and (mine.stat().st_size != size or sha256(mine) != digest):
                 return False
+        except OSError:
+            return False
     return True
 
 

@@ -41,9 +41,9 @@ import tvm_ffi
 from .._version import __version__
 from ..jit import manifest
 from ..jit.arch import ArchError, CudaArch, target_arch
-from ..jit.backends import LIB_NAME, PACKAGE_ROOT
+from ..jit.backends import LIB_NAME
 from ..jit.cache import (LAYOUT, CacheDirError, CorruptBuildError, check_record, discard, file_record, find,
-                         publish, read_build, root, sha256, staging_dir)
+                         local_path, publish, read_build, root, sha256, staging_dir)
 from ..jit.config import SHARED_VAR, shared_entries
 from ..jit.spec import JitSpec
 
@@ -365,9 +365,7 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
         raise ValueError("its record lists no header it was built from")
     deps = []
     for dep in meta["deps"]:
-        path = Path(dep[0])
-        if meta.get("package") and Path(meta["package"]) in path.parents:
-            path = PACKAGE_ROOT / path.relative_to(meta["package"])
+        path = local_path(dep[0], meta.get("package"))
         here = file_record(path) if path.is_file() else None
         if here is None or here[-1] != dep[-1]:
             raise ValueError(f"it was built from {dep[0]}, which {'differs' if here else 'is missing'} here"

@@ -17,6 +17,14 @@ import pytest
 
 from kernkit.jit.split import split
 
+
+def needs_nvrtc() -> None:
+    """Skip unless NVRTC and CUDA's headers are installed (the test extra installs them)."""
+    from kernkit.jit import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("the nvrtc extra (pip install 'kernkit[nvrtc]') is not installed")
+
 REPO = Path(__file__).resolve().parent.parent
 
 SOURCE = """\
@@ -107,7 +115,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    pytest.importorskip("cuda.bindings.nvrtc", reason="the nvrtc extra (pip install 'kernkit[nvrtc]') is not installed")
+    needs_nvrtc()
     project = tmp_path_factory.mktemp("project")
     user = project / "scale.cuh"
     user.write_text((REPO / "kernkit" / "kernels" / "elementwise" / "scale.cuh").read_text())
@@ -151,7 +159,7 @@ def test_host_library_runs_its_launcher_checks(built):
 
 
 def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh_cache):
-    pytest.importorskip("cuda.bindings.nvrtc")
+    needs_nvrtc()
     from kernkit.jit import CompileError, load_jit
 
     src = tmp_path / "bad.cuh"
@@ -175,7 +183,7 @@ def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh
 def test_a_device_error_names_the_users_file_and_line(tmp_path, fresh_cache):
     """NVRTC compiles a copy of the file's device half; its messages name the file itself, at the
     line of the source (host code before the kernel, which the half drops, moves nothing)."""
-    pytest.importorskip("cuda.bindings.nvrtc")
+    needs_nvrtc()
     from kernkit.jit import CompileError, load_jit
 
     src = tmp_path / "add_residual_scale.cuh"
@@ -218,7 +226,7 @@ def test_default_backend_is_nvrtc_where_it_is_installed(monkeypatch):
 def test_the_whole_header_library_builds(fresh_cache):
     """The kernels of tests/csrc/headers_kernels.cuh (every primitive of every header, for every
     type it takes) split and build: NVRTC compiles every instantiation the host half launches."""
-    pytest.importorskip("cuda.bindings.nvrtc")
+    needs_nvrtc()
     sys.path.insert(0, str(REPO / "tests"))
     import test_headers_emu as headers
 
@@ -236,10 +244,11 @@ def test_the_whole_header_library_builds(fresh_cache):
 def test_the_std_subset_agrees_with_the_standard_library():
     """nvrtc_std.h's numeric limits and integer sequences, checked by NVRTC itself against the
     values numpy gives (C's limits)."""
-    nvrtc = pytest.importorskip("cuda.bindings.nvrtc")
+    needs_nvrtc()
     import numpy as np
 
     from kernkit.jit import nvrtc as backend
+    from kernkit.jit.nvrtc_device import compile_device
 
     def literal(v: int) -> str:  # no literal spells INT64_MIN
         return f"({v + 1}ll - 1)" if v < 0 else f"{v}ull"
@@ -252,20 +261,16 @@ def test_the_std_subset_agrees_with_the_standard_library():
                "static_assert(std::is_same_v<std::make_index_sequence<0>, std::index_sequence<>>);",
                "static_assert(std::is_same_v<std::make_index_sequence<7>, std::index_sequence<0, 1, 2, 3, 4, 5, 6>>);"]
     source = '#include "nvrtc_std.h"\n' + "\n".join(checks) + "\n"
-    options = [*backend.NVRTC_FLAGS, f"-I{Path(backend.__file__).parent}",
+    options = [*backend.NVRTC_FLAGS, "-arch=sm_90", f"-I{Path(backend.__file__).parent}",
                *(f"-I{d}" for d in backend.toolkit().include)]
-    _, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"std_check.cu", 0, [], [])
-    (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = bytearray(size)
-    nvrtc.nvrtcGetProgramLog(prog, log)
-    assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
+    status, log, cubin, _ = compile_device(backend.toolkit().nvrtc, source.encode(), options, [])
+    assert status == 0 and cubin, log
 
 
 def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fresh_cache):
     """On a fresh cache the host half compiles without the precompiled headers (none is made in
     the build's time); a detached process makes them, and the next build includes them."""
-    pytest.importorskip("cuda.bindings.nvrtc")
+    needs_nvrtc()
     from kernkit.jit import nvrtc
     from kernkit.jit.backends import find_cxx
 

@@ -79,7 +79,7 @@ def emu_sanitizers() -> tuple[str, ...]:
 
 def default_backend() -> str:
     """The backend of a CUDA build that names none: ``$KERNKIT_BACKEND``; else ``nvrtc`` where
-    NVRTC, CUDA's headers and cuda-bindings are installed (``kernkit[nvrtc]``); else ``nvcc``."""
+    NVRTC and CUDA's headers are installed (``kernkit[nvrtc]``); else ``nvcc``."""
     explicit = os.environ.get(BACKEND_VAR, "").strip().lower()
     if explicit:
         return explicit

@@ -9,7 +9,7 @@ expression, so that ``int64_t``, ``long`` on the host and ``long long`` in NVRTC
 matter), and a generated assembly unit embeds the cubin and defines each of those symbols as a
 record that ``LaunchKernel`` (``KERNKIT_NVRTC``) turns into a ``cudaKernel_t`` at its first
 launch. NVRTC, the CUDA headers and the runtime come from the ``nvidia-cuda-*`` wheels (or a
-toolkit); NVRTC is called through ``cuda-bindings``.
+toolkit); NVRTC is called through ``ctypes`` (``nvrtc_device.py`` says why).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import fnmatch
-import importlib.util
 import os
 import re
 import sys
@@ -38,8 +37,7 @@ HOST_FLAGS = ("-O1", "-DKERNKIT_NVRTC=1", "-D__launch_bounds__(...)=")
 #: NVRTC's: the device half has only device code, so unannotated (constexpr) functions are
 #: device functions.
 NVRTC_FLAGS = ("-std=c++17", "-default-device", "-DNDEBUG")
-INSTALL = ("pip install 'kernkit[nvrtc]' (nvidia-cuda-nvrtc, nvidia-cuda-runtime, nvidia-cuda-crt, nvidia-cuda-cccl, "
-           "cuda-bindings)")
+INSTALL = "pip install 'kernkit[nvrtc]' (nvidia-cuda-nvrtc, nvidia-cuda-runtime, nvidia-cuda-crt, nvidia-cuda-cccl)"
 
 
 @dataclass(frozen=True)
@@ -77,12 +75,12 @@ def toolkit() -> Toolkit:
 
 @cache
 def available() -> bool:
-    """Whether nvrtc builds can run here: cuda-bindings importable and ``toolkit`` found."""
+    """Whether nvrtc builds can run here: ``toolkit`` finds what they need."""
     try:
         toolkit()
     except ToolchainError:
         return False
-    return importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None
+    return True
 
 
 def _roots(kind: str) -> list[Path]:
@@ -144,7 +142,7 @@ class Nvrtc(Backend):
                                                      for i, f in enumerate(spec.cuda_files)))
         options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim",
                    *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
-        driver = _quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py"))])
+        driver = _quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), compilers[1]])
         steps = ["rule device", f"  command = {driver} $in {_quote(['kernels.txt', *options])}", "",
                  "rule asm", f"  command = {_quote(compilers[:1])} -c $in -o $out", "",
                  f"build kernels.S kernel.cubin: device {self.unit}.o | kernels.txt device.cu",

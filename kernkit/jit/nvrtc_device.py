@@ -1,20 +1,24 @@
 """The device step of an nvrtc build, run by ninja in the build directory:
 
-    python nvrtc_device.py <host object> <kernel names file> <NVRTC option>...
+    python nvrtc_device.py <libnvrtc> <host object> <kernel names file> <NVRTC option>...
 
 It lists the kernel instantiations the host object refers to but does not define (its undefined
 symbols whose demangled name is one of the kernels the split found), compiles ``device.cu`` with
-NVRTC with those as name expressions, and writes ``kernel.cubin`` and ``kernels.S``: the cubin,
-and at each kernel's host symbol the record ``LaunchKernel`` launches it by
-(``LaunchKernel::NvrtcKernel`` in ``kernkit/utils.cuh``). NVRTC's log goes to ``nvrtc.log``.
+the NVRTC library ``<libnvrtc>`` with those as name expressions, and writes ``kernel.cubin`` and
+``kernels.S``: the cubin, and at each kernel's host symbol the record ``LaunchKernel`` launches
+it by (``LaunchKernel::NvrtcKernel`` in ``kernkit/utils.cuh``). NVRTC's log goes to
+``nvrtc.log``.
 
-A script of its own, importing nothing of kernkit (so it starts in about 50 ms), and a process
-of its own: NVRTC holds the GIL, so in-process compiles of a parallel ``warmup`` would run one
-at a time.
+A script of its own, importing nothing of kernkit, so that ninja runs it as one step of the
+build. NVRTC and the C++ runtime's demangler are called through ``ctypes`` rather than through
+cuda-bindings and ``nm -C``: the step is on every build's critical path, and importing
+cuda-bindings took 70 to 100 ms of it (it also finds a libnvrtc of its own choosing, not
+necessarily the one the build's key names), a second ``nm`` 20 to 30.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import subprocess
@@ -30,16 +34,33 @@ HINT = ("kernkit: the nvrtc backend compiles the device half of the sources (dev
 def instantiations(obj: str, kernels: set[str]) -> list[tuple[str, str]]:
     """``(host symbol, name expression)`` of every kernel instantiation ``obj`` refers to but
     does not define."""
-    def undefined(*flags: str) -> list[str]:
-        out = subprocess.run(["nm", "-u", *flags, obj], capture_output=True, check=True).stdout
-        return [line.split(None, 1)[1] for line in os.fsdecode(out).splitlines() if line.strip()]
-
+    out = subprocess.run(["nm", "-u", obj], capture_output=True, check=True).stdout
+    demangle = demangler()
     found = []
-    for symbol, demangled in zip(undefined(), undefined("-C")):
-        expr = name_expression(demangled)
+    for symbol in (line.split()[-1] for line in os.fsdecode(out).splitlines() if line.strip()):
+        expr = name_expression(demangle(symbol))
         if re.sub(r"<.*", "", expr).rsplit("::", 1)[-1] in kernels:
             found.append((symbol, expr))
     return found
+
+
+def demangler():
+    """The C++ runtime's ``abi::__cxa_demangle`` (libstdc++'s, which torch needs too) as a
+    function of a symbol; a symbol that is not a mangled name comes back unchanged."""
+    runtime, libc = ctypes.CDLL("libstdc++.so.6"), ctypes.CDLL(None)
+    runtime.__cxa_demangle.restype = ctypes.c_void_p
+
+    def demangle(symbol: str) -> str:
+        status = ctypes.c_int()
+        text = runtime.__cxa_demangle(symbol.encode(), None, None, ctypes.byref(status))
+        if status.value != 0 or not text:
+            return symbol
+        try:
+            return ctypes.string_at(text).decode()
+        finally:
+            libc.free(ctypes.c_void_p(text))
+
+    return demangle
 
 
 def name_expression(demangled: str) -> str:
@@ -57,34 +78,43 @@ def name_expression(demangled: str) -> str:
     return text.removeprefix("void ").strip()
 
 
-def compile_device(options: list[str], names: list[str]) -> tuple[bytes, list[str]] | None:
-    """NVRTC's cubin of ``device.cu`` and each name's lowered name; None (the log printed) when
-    NVRTC fails."""
-    from cuda.bindings import nvrtc
+def compile_device(libnvrtc: str, source: bytes, options: list[str], names: list[str]) -> tuple[int, str, bytes, list[str]]:
+    """Compile ``source`` with the NVRTC library at ``libnvrtc``: returns NVRTC's status (0 for
+    success), its log, the cubin and each name's lowered name (both empty on failure). Raises
+    ``RuntimeError`` when a call other than the compile fails."""
+    lib = ctypes.CDLL(libnvrtc)
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
 
-    source = Path("device.cu").read_bytes()
-    _, prog = nvrtc.nvrtcCreateProgram(source, b"device.cu", 0, [], [])
+    def call(name: str, *args) -> None:
+        status = getattr(lib, name)(*args)
+        if status:
+            raise RuntimeError(f"{name}: {lib.nvrtcGetErrorString(status).decode()}")
+
+    prog = ctypes.c_void_p()
+    call("nvrtcCreateProgram", ctypes.byref(prog), source, b"device.cu", 0, None, None)
     try:
         for name in names:
-            nvrtc.nvrtcAddNameExpression(prog, name.encode())
-        (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        # Buffers are bytearrays: NVRTC writes into them, and b" " * 1 would be Python's one
-        # shared b" " object.
-        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = bytearray(size)
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        text = log.rstrip(b"\0").decode(errors="replace")
-        Path("nvrtc.log").write_text(text)
-        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            print(text, HINT, sep="\n", file=sys.stderr)
-            return None
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = bytearray(size)
-        nvrtc.nvrtcGetCUBIN(prog, cubin)
-        lowered = [nvrtc.nvrtcGetLoweredName(prog, name.encode())[1].decode() for name in names]
+            call("nvrtcAddNameExpression", prog, name.encode())
+        argv = (ctypes.c_char_p * len(options))(*(o.encode() for o in options))
+        status = lib.nvrtcCompileProgram(prog, len(options), argv)
+        size = ctypes.c_size_t()
+        call("nvrtcGetProgramLogSize", prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        call("nvrtcGetProgramLog", prog, log)
+        text = log.value.decode(errors="replace")
+        if status:
+            return status, text, b"", []
+        call("nvrtcGetCUBINSize", prog, ctypes.byref(size))
+        cubin = ctypes.create_string_buffer(size.value)
+        call("nvrtcGetCUBIN", prog, cubin)
+        lowered = []
+        for name in names:
+            found = ctypes.c_char_p()  # owned by the program: copied out before it is destroyed
+            call("nvrtcGetLoweredName", prog, name.encode(), ctypes.byref(found))
+            lowered.append(found.value.decode())
+        return 0, text, cubin.raw, lowered
     finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-    return bytes(cubin), lowered
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
 def records(symbols: list[str], lowered: list[str]) -> str:
@@ -101,12 +131,14 @@ def records(symbols: list[str], lowered: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    obj, names_file, *options = argv
+    libnvrtc, obj, names_file, *options = argv
     wanted = instantiations(obj, set(Path(names_file).read_text().split()))
-    built = compile_device(options, [name for _, name in wanted])
-    if built is None:
+    status, log, cubin, lowered = compile_device(libnvrtc, Path("device.cu").read_bytes(), options,
+                                                 [name for _, name in wanted])
+    Path("nvrtc.log").write_text(log)
+    if status:
+        print(log, HINT, sep="\n", file=sys.stderr)
         return 1
-    cubin, lowered = built
     Path("kernel.cubin").write_bytes(cubin)
     Path("kernels.S").write_text(records([symbol for symbol, _ in wanted], lowered))
     return 0

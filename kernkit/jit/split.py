@@ -36,6 +36,18 @@ _ACCESS = re.compile(r"\s*(public|private|protected)\s*")
 _DECLARATOR_END = re.compile(r"\)\s*(const\b|volatile\b|noexcept\b(\s*\([^)]*\))?|override\b|final\b|&&?|"
                              r"->[^;{}]*|__attribute__\s*\(\(.*\)\))*\s*$", re.S)
 _LAMBDA = re.compile(r"=\s*\[")
+#: What a scope's scan stops at: a declaration's end, a brace, and in a class an access label's colon.
+_STOP = re.compile(r"[;{]")
+_CLASS_STOP = re.compile(r"[;{:]")
+_BRACE = re.compile(r"[{}]")
+#: What ``_blank`` blanks: a preprocessor line (with its continuations), a comment, a string or
+#: character literal (a quote after a letter or digit is a digit separator, as in 1'000). An
+#: unterminated one runs to the end of the text.
+_BLANKED = re.compile(r"""^[^\S\n]*\#(?:\\\n|[^\n])*
+                          |//[^\n]*
+                          |/\*.*?(?:\*/|\Z)
+                          |"(?:\\.?|[^"\\])*"?
+                          |(?<![^\W_])'(?:\\.?|[^'\\])*'?""", re.M | re.S | re.X)
 
 
 @dataclass
@@ -59,19 +71,19 @@ class _Scanner:
         self.text = text
         self.code = _blank(text)  # comments, strings and preprocessor lines as spaces: braces are real
         self.kernels: list[str] = []
+        self.closes: dict[int, int] = {}  # each "{" that is closed: the index after its "}"
+        opened: list[int] = []
+        for brace in _BRACE.finditer(self.code):
+            if brace.group() == "{":
+                opened.append(brace.start())
+            elif opened:  # a "}" that closes nothing is not code the scan reads
+                self.closes[opened.pop()] = brace.end()
 
     def match(self, i: int) -> int:
         """The index after the brace that closes the one at ``i``."""
-        depth = 0
-        for j in range(i, len(self.code)):
-            c = self.code[j]
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-        raise ValueError("unbalanced braces")
+        if i not in self.closes:
+            raise ValueError("unbalanced braces")
+        return self.closes[i]
 
     def scope(self, begin: int, end: int, in_class: bool) -> tuple[str, str, set[str]]:
         """The device and host halves of the declarations in ``[begin, end)``, and the execution
@@ -79,9 +91,13 @@ class _Scanner:
         device, host, kinds = [], [], set()
         i = start = begin
         code, text = self.code, self.text
-        while i < end:
-            c = code[i]
-            if c == ";" or (c == ":" and in_class and _ACCESS.fullmatch(code[start:i])):
+        stops = _CLASS_STOP if in_class else _STOP
+        while True:
+            found = stops.search(code, i, end)
+            if found is None:
+                break
+            i, c = found.start(), found.group()
+            if c == ";" or (c == ":" and _ACCESS.fullmatch(code[start:i])):
                 device.append(text[start:i + 1])
                 host.append(text[start:i + 1])
                 i = start = i + 1
@@ -155,42 +171,4 @@ def _kind(head: str) -> str:
 def _blank(text: str) -> str:
     """``text`` with comments, string and character literals and preprocessor lines replaced by
     spaces (newlines kept), so that every brace and semicolon left is code."""
-    out = list(text)
-    i, n = 0, len(text)
-    line_start = True
-    while i < n:
-        c = text[i]
-        if line_start and c == "#":
-            j = i
-            while j < n and (text[j] != "\n" or text[j - 1] == "\\"):
-                j += 1
-            for k in range(i, j):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-            continue
-        if c == "\n":
-            line_start = True
-            i += 1
-            continue
-        if not c.isspace():
-            line_start = False
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):  # 1'000 digit separators
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            j += 1
-        else:
-            i += 1
-            continue
-        for k in range(i, min(j, n)):
-            if out[k] != "\n":
-                out[k] = " "
-        i = j
-    return "".join(out)
+    return _BLANKED.sub(lambda m: "\n".join(" " * len(line) for line in m.group().split("\n")), text)

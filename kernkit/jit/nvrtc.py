@@ -77,10 +77,9 @@ def toolkit() -> Toolkit:
 def available() -> bool:
     """Whether nvrtc builds can run here: ``toolkit`` finds what they need."""
     try:
-        toolkit()
+        return bool(toolkit())
     except ToolchainError:
         return False
-    return True
 
 
 def _roots(kind: str) -> list[Path]:

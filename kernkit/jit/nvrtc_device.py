@@ -78,7 +78,8 @@ def name_expression(demangled: str) -> str:
     return text.removeprefix("void ").strip()
 
 
-def compile_device(libnvrtc: str, source: bytes, options: list[str], names: list[str]) -> tuple[int, str, bytes, list[str]]:
+def compile_device(libnvrtc: str, source: bytes, options: list[str],
+                   names: list[str]) -> tuple[int, str, bytes, list[str]]:
     """Compile ``source`` with the NVRTC library at ``libnvrtc``: returns NVRTC's status (0 for
     success), its log, the cubin and each name's lowered name (both empty on failure). Raises
     ``RuntimeError`` when a call other than the compile fails."""

@@ -14,8 +14,9 @@ declaration (``__global__``, ``__device__``, ``KERNKIT_DEVICE``, ``__host__ __de
 
 Preprocessor lines, comments and everything that is not a function definition are kept as they
 are in both halves, and what a half drops leaves its newlines: every line keeps its number, so a
-compiler's message about a half names the line of the source. This is a scan of braces and declarations, not a C++ parser: a construct it
-misreads comes out as a compile error of one half, which names the file.
+compiler's message about a half names the line of the source. This is a scan of braces and
+declarations, not a C++ parser: a construct it misreads comes out as a compile error of one
+half, which names the file.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 compiler setup, and linked into the libraries the ``nvrtc`` and ``emu`` backends build after.
 
 The helpers (``KERNKIT_HOST_HELPER`` in ``host_helper.h``: ``TensorMatcher``'s checks,
-``check_no_overlap``, the row checks, the device queries) are the same code in every
-specialization, and compiling them is about 40% of a host unit's compile. ``stage`` gives a
+``check_no_overlap``, the row checks, the device queries; for emu also the emulator's runtime,
+``KERNKIT_EMU_RUNTIME``) are the same code in every specialization, and compiling them is about
+40% of an nvrtc host unit's compile and half of an emu unit's. ``stage`` gives a
 build a verified copy of the cached object, and the build's unit starts with ``USE`` (defining
 ``KERNKIT_HOST_PREBUILT``: it then only declares them) and links the copy (hidden
 symbols, linked statically: a library carries its own, and a deploy archive stays

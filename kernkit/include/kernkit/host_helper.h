@@ -24,3 +24,9 @@
 #else
 #define KERNKIT_HOST_DEFINE_HELPERS 0
 #endif
+
+// The emulator's runtime functions (`KERNKIT_EMU_RUNTIME` in emu/sched.h) are shared code of the
+// same kind: defined where the helpers are.
+#if defined(KERNKIT_EMU) && KERNKIT_HOST_DEFINE_HELPERS
+#include <kernkit/emu/sched_impl.h>
+#endif

@@ -18,6 +18,9 @@
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/type_traits.h>
+#if defined(KERNKIT_HOST_PREBUILT)
+#include <tvm/ffi/container/tensor.h>  // TensorView: its conversion is in the helper object
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -73,9 +76,11 @@ KERNKIT_HOST_HELPER int call(Body body, const TVMFFIAny* args, int32_t num_args,
 
 /// \brief Argument `index` of `args` as a `T`, converted as tvm-ffi's own export converts it
 /// (`AnyView` and `Any` as they are, any other type by `AnyView::try_cast`); `mismatch` where
-/// there is no conversion.
+/// there is no conversion. The launchers' usual parameter types are instantiated once, in the
+/// prebuilt helper object (`KERNKIT_EXPORT_ARG_TYPES`): tvm-ffi's conversions build their own
+/// errors, code a unit would otherwise compile again.
 template <typename T>
-inline T arg(const TVMFFIAny* args, int32_t index, const char* name) {
+T arg(const TVMFFIAny* args, int32_t index, const char* name) {
   const ::tvm::ffi::AnyView& view = reinterpret_cast<const ::tvm::ffi::AnyView*>(args)[index];
   if constexpr (std::is_same_v<T, ::tvm::ffi::AnyView>) {
     return view;
@@ -86,6 +91,18 @@ inline T arg(const TVMFFIAny* args, int32_t index, const char* name) {
     mismatch(name, index, ::tvm::ffi::TypeTraits<T>::TypeStr(), args[index]);
   }
 }
+
+/// \brief The parameter types whose `arg` the prebuilt helper object holds.
+#define KERNKIT_EXPORT_ARG_TYPES(X) X(::tvm::ffi::TensorView) X(float) X(double) X(int64_t) X(bool)
+#if defined(KERNKIT_HOST_PREBUILT_IMPL)
+#define KERNKIT_EXPORT_ARG(T) template T arg<T>(const TVMFFIAny*, int32_t, const char*);
+#else
+#define KERNKIT_EXPORT_ARG(T) extern template T arg<T>(const TVMFFIAny*, int32_t, const char*);
+#endif
+#if defined(KERNKIT_HOST_PREBUILT)
+KERNKIT_EXPORT_ARG_TYPES(KERNKIT_EXPORT_ARG)
+#endif
+#undef KERNKIT_EXPORT_ARG
 
 /// \brief Call `f` with `args` converted to its parameter types; a result goes into `result`
 /// as a `tvm::ffi::Any`.

@@ -9,8 +9,9 @@
 /// it is made: kernkit/jit/prebuilt.py) defines `KERNKIT_HOST_PREBUILT` before its first include
 /// of a kernkit header: the headers then declare them without defining them, and the object, a
 /// unit of its own built once per cache that also defines `KERNKIT_HOST_PREBUILT_IMPL`, defines
-/// them. Hidden visibility: each library binds its own copy, never another's. (Not in utils.h:
-/// the emulator's runtime includes that one before a unit's first line.)
+/// them. Hidden visibility: each library binds its own copy, never another's. The emulator's
+/// runtime, which an emu unit's precompiled header holds, includes no header that includes this
+/// one: the macros are set after the unit's first line.
 #pragma once
 
 #if defined(KERNKIT_HOST_PREBUILT)

@@ -534,7 +534,7 @@ KERNKIT_HOST_HELPER void TensorMatcher::check_dtype(DLDataType dtype, const deta
     if (TVM_FFI_PREDICT_FALSE(!ok)) {
       std::string names;
       for (int32_t i = 0; i < n; ++i) names += (i ? ", " : "") + dtype_name(allowed[i]);
-      TVM_FFI_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
+      KERNKIT_THROW(TypeError) << who << ": expected dtype " << (n > 1 ? "one of {" + names + "}" : names)
                                << ", got " << dtype_name(dtype);
     }
   }
@@ -558,7 +558,7 @@ KERNKIT_HOST_HELPER void TensorMatcher::check_device(DLDevice device, const deta
     if (TVM_FFI_PREDICT_FALSE(!ok)) {
       std::string names;
       for (int32_t i = 0; i < n; ++i) names += (i ? " or " : "") + device_type_name(allowed[i]);
-      TVM_FFI_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
+      KERNKIT_THROW(ValueError) << who << ": expected a " << names << " tensor, got "
                                 << device_type_name(device.device_type);
     }
   }
@@ -569,7 +569,7 @@ KERNKIT_HOST_HELPER void TensorMatcher::check_device(DLDevice device, const deta
       device_sym_->bound_by_ = who;
     } else if (device_sym_->value_.device_type != device.device_type ||
                device_sym_->value_.device_id != device.device_id) {
-      TVM_FFI_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
+      KERNKIT_THROW(ValueError) << who << ": expected device " << device_type_name(device_sym_->value_.device_type)
                                 << ":" << device_sym_->value_.device_id << " (from " << device_sym_->bound_by_
                                 << "), got " << device_type_name(device.device_type) << ":" << device.device_id;
     }

@@ -270,6 +270,6 @@ class LaunchKernel {
 #define CHECK_CUDA(expr)                                                                                   \
   if (const cudaError_t kernkit_cuda_err_ = (expr); TVM_FFI_PREDICT_TRUE(kernkit_cuda_err_ == cudaSuccess)) { \
   } else                                                                                                   \
-    TVM_FFI_THROW(RuntimeError) << "CUDA error " << cudaGetErrorName(kernkit_cuda_err_) << " ("             \
+    KERNKIT_THROW(RuntimeError) << "CUDA error " << cudaGetErrorName(kernkit_cuda_err_) << " ("             \
                                 << cudaGetErrorString(kernkit_cuda_err_) << ") from " #expr " (" __FILE__ ":" \
                                 << __LINE__ << "): "

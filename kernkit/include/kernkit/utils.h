@@ -1,11 +1,16 @@
 /// \file utils.h
-/// \brief Host-side utilities shared by every kernkit launcher: errors and checks (a thin
-/// layer over tvm-ffi's `TVM_FFI_THROW`), ceiling division and integer ranges. Plain C++17, no
-/// CUDA dependency.
+/// \brief Host-side utilities shared by every kernkit launcher: errors and checks (tvm-ffi's
+/// `tvm::ffi::Error`, thrown as `TVM_FFI_THROW` throws it), ceiling division and integer ranges.
+/// Plain C++17, no CUDA dependency.
 #pragma once
 
+#include <kernkit/host_helper.h>
+
+#include <tvm/ffi/c_api.h>
 #include <tvm/ffi/error.h>
 
+#include <sstream>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -16,15 +21,61 @@ namespace host {
 ///
 /// kernkit has no error class of its own. Every check (`CHECK_HOST`, `KERNKIT_CHECK`, `Panic`,
 /// `RuntimeCheck`, `CHECK_CUDA`, `RuntimeDeviceCheck`, `TensorMatcher`) throws through
-/// `TVM_FFI_THROW(kind)`, so the error crosses the FFI boundary as a Python exception whose class
-/// is `kind()` (`ValueError`, `TypeError`, `RuntimeError`, ...) and whose text is `message()`.
+/// `KERNKIT_THROW(kind)`, which throws what `TVM_FFI_THROW(kind)` throws, so the error crosses
+/// the FFI boundary as a Python exception whose class is `kind()` (`ValueError`, `TypeError`,
+/// `RuntimeError`, ...) and whose text is `message()`.
 using PanicError = ::tvm::ffi::Error;
+
+namespace detail {
+
+/// \brief What `KERNKIT_THROW` streams a message into; its destructor throws the `PanicError`.
+///
+/// tvm-ffi's `TVM_FFI_THROW` builds the error in code that every unit using it compiles again
+/// (`Error`'s constructors, its message formatting: a third of a launcher unit's code). Here the
+/// constructor and the destructor are shared host helpers (`KERNKIT_HOST_HELPER`), so a unit
+/// that links the prebuilt helper object compiles only the streaming.
+class ErrorStream {
+ public:
+  /// \brief Start an error of Python class `kind`, raised at `file`:`line` in `func`.
+  KERNKIT_HOST_HELPER ErrorStream(const char* kind, const char* file, int line, const char* func);
+  /// \brief Throw the `PanicError` with the streamed message.
+  [[noreturn]] KERNKIT_HOST_HELPER ~ErrorStream() noexcept(false);
+  ErrorStream(const ErrorStream&) = delete;
+  ErrorStream& operator=(const ErrorStream&) = delete;
+  /// \brief The message's stream.
+  std::ostream& stream() { return stream_; }
+
+ private:
+  const char* kind_;
+  std::string backtrace_;
+  std::ostringstream stream_;
+};
+
+#if KERNKIT_HOST_DEFINE_HELPERS
+KERNKIT_HOST_HELPER ErrorStream::ErrorStream(const char* kind, const char* file, int line, const char* func)
+    : kind_(kind) {
+  const TVMFFIByteArray* backtrace = TVMFFIBacktrace(file, line, func, 0);
+  backtrace_.assign(backtrace->data, backtrace->size);
+}
+
+KERNKIT_HOST_HELPER ErrorStream::~ErrorStream() noexcept(false) {
+  ::tvm::ffi::detail::ErrorBuilder(kind_, backtrace_, TVM_FFI_ALWAYS_LOG_BEFORE_THROW).stream() << stream_.str();
+  TVM_FFI_UNREACHABLE();
+}
+#endif
+
+}  // namespace detail
+
+/// \brief Throw `kernkit::host::PanicError` of Python class `ErrorKind` (a bare token) with the
+/// message streamed into it, as `TVM_FFI_THROW` does: `KERNKIT_THROW(TypeError) << "...";`
+#define KERNKIT_THROW(ErrorKind) \
+  ::kernkit::host::detail::ErrorStream(#ErrorKind, __FILE__, __LINE__, TVM_FFI_FUNC_SIG).stream()
 
 /// \brief Unconditionally throw a `PanicError` (`RuntimeError` in Python) with the given parts.
 /// \param args Values streamed into the message.
 template <typename... Args>
 [[noreturn]] inline void Panic(Args&&... args) {
-  (TVM_FFI_THROW(RuntimeError) << ... << std::forward<Args>(args));
+  (KERNKIT_THROW(RuntimeError) << ... << std::forward<Args>(args));
   TVM_FFI_UNREACHABLE();
 }
 
@@ -98,7 +149,7 @@ constexpr IntegerRange<std::common_type_t<T, U>> irange(T begin, U end) {
 #define KERNKIT_CHECK(cond, ErrorKind) \
   if (TVM_FFI_PREDICT_TRUE(cond)) {    \
   } else                               \
-    TVM_FFI_THROW(ErrorKind)
+    KERNKIT_THROW(ErrorKind)
 
 /// \brief Stream-style host check: `CHECK_HOST(n > 0) << "n must be positive, got " << n;`
 ///

@@ -10,7 +10,8 @@
 #pragma once
 
 #include <kernkit/emu/context.h>
-#include <kernkit/utils.h>
+
+#include <tvm/ffi/error.h>
 
 #include <cxxabi.h>
 #include <dlfcn.h>

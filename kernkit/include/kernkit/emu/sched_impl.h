@@ -10,6 +10,8 @@
 
 #include <kernkit/emu/sched.h>
 
+#include <tvm/ffi/error.h>
+
 namespace kernkit {
 namespace emu {
 namespace detail {
@@ -68,7 +70,8 @@ std::string fiber_name(const Fiber& f) {
   std::ostringstream os;
   os << "kernkit emu: " << kernel_name(w.launch->thunk) << ": block (" << w.block_idx.x << "," << w.block_idx.y << ","
      << w.block_idx.z << "), " << fiber_name(*w.cur) << ": " << what;
-  ::kernkit::host::Panic(os.str());
+  TVM_FFI_THROW(RuntimeError) << os.str();
+  TVM_FFI_UNREACHABLE();
 }
 
 std::string lane_absent(const Worker& w, uint32_t warp, uint32_t lane) {
@@ -444,7 +447,7 @@ void run_block(Worker& w, LaunchState& L, uint64_t b) {
       if (f.stack.base == nullptr) {
         w.failed = true;
         w.error = std::make_exception_ptr(
-            ::kernkit::host::PanicError("RuntimeError", "kernkit emu: out of memory for fiber stacks", ""));
+            ::tvm::ffi::Error("RuntimeError", "kernkit emu: out of memory for fiber stacks", ""));
         break;
       }
       f.ctx.init(f.stack, &fiber_main, &w);
@@ -496,20 +499,20 @@ uint64_t env_u64(const char* name, uint64_t dflt) {
 }
 
 void launch_impl(const LaunchConfig& cfg, const KernelThunk& thunk) {
-  using ::kernkit::host::Panic;
   const dim3 g = cfg.grid, bl = cfg.block;
   const uint64_t nthreads = static_cast<uint64_t>(bl.x) * bl.y * bl.z;
   const uint64_t nblocks = static_cast<uint64_t>(g.x) * g.y * g.z;
   if (nthreads == 0 || nthreads > 1024 || bl.z > 64) {
-    Panic("kernkit emu: invalid block (", bl.x, ", ", bl.y, ", ", bl.z, ") for ", kernel_name(thunk),
-          ": 1 to 1024 threads, z at most 64");
+    TVM_FFI_THROW(RuntimeError) << "kernkit emu: invalid block (" << bl.x << ", " << bl.y << ", " << bl.z << ") for "
+                                << kernel_name(thunk) << ": 1 to 1024 threads, z at most 64";
   }
   if (nblocks == 0 || g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
-    Panic("kernkit emu: invalid grid (", g.x, ", ", g.y, ", ", g.z, ") for ", kernel_name(thunk));
+    TVM_FFI_THROW(RuntimeError) << "kernkit emu: invalid grid (" << g.x << ", " << g.y << ", " << g.z << ") for "
+                                << kernel_name(thunk);
   }
   if (cfg.smem > 232448) {
-    Panic("kernkit emu: ", cfg.smem, " bytes of dynamic shared memory for ", kernel_name(thunk),
-          " exceed the virtual device's 232448 (227 KiB) per block");
+    TVM_FFI_THROW(RuntimeError) << "kernkit emu: " << cfg.smem << " bytes of dynamic shared memory for "
+                                << kernel_name(thunk) << " exceed the virtual device's 232448 (227 KiB) per block";
   }
   std::lock_guard<std::mutex> guard(launch_mutex());
   LaunchState L;

@@ -23,13 +23,12 @@ def have_cuda_headers() -> bool:
 
 
 def compile_flags() -> list[str]:
-    """The flags ``load_jit(..., backend="emu")`` compiles with (plus a ``main``), and the
-    emulator's runtime definitions, which a JIT build gets from the helper object or its unit."""
+    """The flags ``load_jit(..., backend="emu")`` compiles with (plus a ``main``)."""
     tvm_inc = tvm_ffi.libinfo.find_include_path()
     dlpack_inc = tvm_ffi.libinfo.find_dlpack_include_path()
     return [
         "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-pthread", "-DKERNKIT_EMU=1",
-        "-include", "kernkit/emu/runtime.h", "-include", "kernkit/emu/sched_impl.h",
+        "-include", "kernkit/emu/runtime.h",
         f"-I{REPO / 'kernkit' / 'include'}", f"-I{CUDA_HOME / 'include'}", f"-I{CUDA_HOME / 'include' / 'cccl'}",
         f"-I{tvm_inc}", f"-I{dlpack_inc}",
     ]

@@ -77,7 +77,7 @@ KERNKIT_HOST_HELPER int call(Body body, const TVMFFIAny* args, int32_t num_args,
 /// \brief Argument `index` of `args` as a `T`, converted as tvm-ffi's own export converts it
 /// (`AnyView` and `Any` as they are, any other type by `AnyView::try_cast`); `mismatch` where
 /// there is no conversion. The launchers' usual parameter types are instantiated once, in the
-/// prebuilt helper object (`KERNKIT_EXPORT_ARG_TYPES`): tvm-ffi's conversions build their own
+/// prebuilt helper object (below): tvm-ffi's conversions build their own
 /// errors, code a unit would otherwise compile again.
 template <typename T>
 T arg(const TVMFFIAny* args, int32_t index, const char* name) {
@@ -92,16 +92,20 @@ T arg(const TVMFFIAny* args, int32_t index, const char* name) {
   }
 }
 
-/// \brief The parameter types whose `arg` the prebuilt helper object holds.
-#define KERNKIT_EXPORT_ARG_TYPES(X) X(::tvm::ffi::TensorView) X(float) X(double) X(int64_t) X(bool)
+// The parameter types whose `arg` the prebuilt helper object holds (instantiated there,
+// declared in the units that link it).
 #if defined(KERNKIT_HOST_PREBUILT_IMPL)
 #define KERNKIT_EXPORT_ARG(T) template T arg<T>(const TVMFFIAny*, int32_t, const char*);
-#else
+#elif defined(KERNKIT_HOST_PREBUILT)
 #define KERNKIT_EXPORT_ARG(T) extern template T arg<T>(const TVMFFIAny*, int32_t, const char*);
+#else
+#define KERNKIT_EXPORT_ARG(T)
 #endif
-#if defined(KERNKIT_HOST_PREBUILT)
-KERNKIT_EXPORT_ARG_TYPES(KERNKIT_EXPORT_ARG)
-#endif
+KERNKIT_EXPORT_ARG(::tvm::ffi::TensorView)
+KERNKIT_EXPORT_ARG(float)
+KERNKIT_EXPORT_ARG(double)
+KERNKIT_EXPORT_ARG(int64_t)
+KERNKIT_EXPORT_ARG(bool)
 #undef KERNKIT_EXPORT_ARG
 
 /// \brief Call `f` with `args` converted to its parameter types; a result goes into `result`

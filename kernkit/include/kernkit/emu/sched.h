@@ -14,7 +14,6 @@
 #include <tvm/ffi/error.h>
 
 #include <cxxabi.h>
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>

@@ -12,6 +12,8 @@
 
 #include <tvm/ffi/error.h>
 
+#include <dlfcn.h>
+
 namespace kernkit {
 namespace emu {
 namespace detail {

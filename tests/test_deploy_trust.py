@@ -136,8 +136,8 @@ def test_no_extra_flags_refuses_a_manifest_that_carries_flags_before_building(tm
 
 def _tree(path: Path) -> dict:
     """Each file's SHA-256 and each folder, but the precompiled headers and the helper object
-    (and their locks), which detached makers started by the build that filled the cache may still be
-    writing."""
+    (and their locks), which a detached maker started by the build that filled the cache may still
+    be writing, or a later build republish."""
     def made_later(rel: Path) -> bool:
         return bool({"pch", "helpers"} & set(rel.parts[:2])) or rel.name.startswith(("helpers-", "pch-"))
 

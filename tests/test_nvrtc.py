@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -268,22 +267,27 @@ def test_the_std_subset_agrees_with_the_standard_library():
 
 
 def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fresh_cache):
-    """On a fresh cache the host half compiles without the precompiled headers (none is made in
-    the build's time); a detached process makes them, and the next build includes them."""
+    """On a fresh cache the host half compiles without the precompiled headers; the build, once
+    done, starts a detached process that makes them (none is made in the build's time), and
+    the next build includes them."""
     needs_nvrtc()
+    import torch
+
     from kernkit.jit import nvrtc
     from kernkit.jit.backends import find_cxx
+    from kernkit.ops.elementwise import scale_spec
 
     flags = nvrtc._host_flags(find_cxx(), ())
-    assert nvrtc.prelude(flags) is None
+    first = scale_spec(torch.float32, "nvrtc").build()
     (gch,) = [f / "prelude.h.gch" for f in (fresh_cache / "v2" / "pch").iterdir()]
-    assert not gch.exists()
+    assert "prelude.h" not in (first.parent / "build.ninja").read_text()
     deadline = time.time() + 300
     while not gch.with_suffix(".gch.json").is_file() and time.time() < deadline:
         time.sleep(0.2)
     header = nvrtc.prelude(flags)
     assert header is not None and header.with_name("prelude.h.gch") == gch and gch.is_file()
-    assert str(header) in nvrtc.Nvrtc().command(types.SimpleNamespace(extra_cflags=()), [flags[0], ""])
+    later = scale_spec(torch.float16, "nvrtc").build()
+    assert f"-include {header}" in (later.parent / "build.ninja").read_text()
 
 
 def test_a_process_splits_each_source_text_once(tmp_path):

@@ -1,4 +1,4 @@
-"""The precompiled headers of the host-compiled units (``kernkit/jit/pch.py``): made beside the
+"""The precompiled headers of the host-compiled units (``kernkit/jit/pch.py``): made after the
 builds, detached, never on a build's path; published whole or not at all; a failed or killed
 maker leaves nothing a later build could trip on."""
 
@@ -34,12 +34,14 @@ def _folders(cache: Path) -> list[Path]:
 
 
 def test_the_header_is_made_after_the_call_that_asks_for_it(fresh_cache):
-    """The first request returns None at once, with no .gch made in its time; the detached maker
-    then publishes it, and the next request gets the header (which the compiler takes)."""
+    """The first request returns None at once, with no .gch made in its time; the detached maker,
+    started where a build ends (``maker.start``), then publishes it, and the next request gets
+    the header (which the compiler takes)."""
     flags = ["c++", "-std=c++17", "-O2"]
     assert pch.header("#include <string>\n", flags, ["test"]) is None
     (folder,) = _folders(fresh_cache)
     assert not (folder / "prelude.h.gch").exists()  # not built inline
+    maker.start()
     assert _wait(lambda: (folder / "prelude.h.gch").is_file())
     header = pch.header("#include <string>\n", flags, ["test"])
     assert header == folder / "prelude.h"

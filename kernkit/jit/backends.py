@@ -151,7 +151,7 @@ class Backend:
     name = ""
     flags: tuple[str, ...] = ()
     unit = ""
-    #: Whether the CUDA unit links the prebuilt helper object where it is made (``prebuilt.py``).
+    #: Whether the CUDA unit links the shared helper object (``prebuilt.py``).
     prebuilt = False
 
     def compilers(self) -> list[str]:
@@ -173,8 +173,7 @@ class Backend:
     def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
         """Compile and link ``lib.so`` in ``build_dir``; return the headers the units read.
         Raises ``CompileError``."""
-        write_ninja(self, spec, compilers, build_dir)
-        run_ninja(build_dir, spec.title)
+        run_ninja(build_dir, spec.title, write_ninja(self, spec, compilers, build_dir))
         return ninja_deps(build_dir)
 
 
@@ -243,18 +242,20 @@ def includes(cuda: bool) -> list[str]:
 
 
 def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, steps: Sequence[str] = (),
-                objects: Sequence[str] = ()) -> None:
+                objects: Sequence[str] = ()) -> str | None:
     """Write the units and a ``build.ninja`` that compiles them (with dependency output) and links
     ``lib.so``, with a backend's own ``steps`` (ninja lines) and the ``objects`` they make; ``ninja
     -C <dir>`` repeats the build by hand. Both are written with the file system's encoding, so
-    paths that are not UTF-8 (``os.fsdecode``'s surrogates) stay the same bytes."""
+    paths that are not UTF-8 (``os.fsdecode``'s surrogates) stay the same bytes. Returns the key
+    of the helper object the build compiles (``prebuilt.py``), for ``run_ninja`` to publish."""
     user = [f"-I{p}" for p in spec.extra_include_paths]
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
         rules["cuda"] = [*backend.command(spec, compilers), *user]
-    # The shared host helpers: from the prebuilt object where it is made, else inline.
-    helpers = bool(spec.cuda_files) and backend.prebuilt and prebuilt.stage(
-        build_dir, prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])), rules["cuda"])
+    # The shared host helpers: a copy of the prebuilt object, or compiled beside the unit.
+    helpers = bool(spec.cuda_files) and backend.prebuilt
+    object_key = prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])) if helpers else None
+    staged = helpers and prebuilt.stage(build_dir, object_key)
     tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
     link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
     out = ["ninja_required_version = 1.3", ""]
@@ -269,10 +270,13 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
         (build_dir / name).write_bytes(os.fsencode(text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
+    if helpers and not staged:
+        out.append(f"build {prebuilt.OBJECT}: cuda {prebuilt.UNIT}")
     out += steps
     objs += [*objects, *([prebuilt.OBJECT] if helpers else [])]
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
     (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
+    return object_key if helpers and not staged else None
 
 
 def _helper_identity(command: list[str]) -> list:
@@ -296,14 +300,17 @@ def _ninja() -> str:
     return str(Path(ninja.BIN_DIR) / "ninja")
 
 
-def run_ninja(build_dir: Path, title: str) -> None:
+def run_ninja(build_dir: Path, title: str, object_key: str | None = None) -> None:
     """Run the build, keeping its output in ``build.log`` as the compilers wrote it (any
-    encoding); raise ``CompileError`` naming the failed command."""
+    encoding), and publish the helper object it compiled (``object_key``, from ``write_ninja``);
+    raise ``CompileError`` naming the failed command."""
     proc = subprocess.run([_ninja(), "-C", str(build_dir), "-v"], capture_output=True)
-    maker.start()  # the helper object the build lacked, for the builds after it
+    maker.start()  # the precompiled header the build lacked, for the builds after it
     raw = proc.stdout + proc.stderr
     (build_dir / "build.log").write_bytes(raw)
     if proc.returncode == 0:
+        if object_key:
+            prebuilt.publish(build_dir, object_key)
         return
     log = raw.decode(errors="replace")
     lines = [ln for ln in log.splitlines() if not ln.startswith("ninja: ")]

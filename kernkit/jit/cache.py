@@ -11,7 +11,7 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
     v2/.failed/<name>-<key16>/            the last failed build of a key, for inspection
     v2/pch/<key16>/                       precompiled host headers of the nvrtc and emu units
     v2/helpers/<key16>/                   the prebuilt helper object of the nvrtc and emu units
-    v2/.locks/{pch,helpers}-<key16>.lock  held by the detached process making one (maker.py)
+    v2/.locks/{pch,helpers}-<key16>.lock  held by the process making or publishing one (maker.py)
 
 ``key16`` hashes what a spec says: the generated units, every flag, the backend, the target
 architecture, and the kernkit and tvm-ffi versions. ``build12`` hashes what the build found: the

@@ -1,5 +1,5 @@
-"""Detached makers of the files a cache's builds share but never wait for: the precompiled
-header (``pch.py``) and the prebuilt helper object (``prebuilt.py``).
+"""Detached makers of the files a cache's builds share but never wait for (the precompiled
+header, ``pch.py``), and the publishing of such files (also the helper object, ``prebuilt.py``).
 
 ``request`` queues a compile of ``<cache>/v2/<kind>/<key16>/<product>``; ``start`` runs the
 queued ones as detached processes (this file run as a script, at a low priority, under the
@@ -15,6 +15,7 @@ again. This file imports nothing from kernkit: it runs as a script.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,37 +89,59 @@ def verified(folder: Path, product: str, copy: Path | None = None) -> bool:
         return False
 
 
-def make(lock_file: str, folder: str, product: str, command: list[str]) -> int:
-    """Make ``folder/product`` with ``command`` unless another process holds ``lock_file`` or a
-    product matching its record is there. Returns 0 when it is there or another maker works on
-    it, 1 when the compile failed (``failed.log`` keeps its output when it exited with an error)."""
+@contextlib.contextmanager
+def holding(lock_file: str):
+    """Hold ``lock_file`` (``filelock``) if no other process does, without waiting: yields
+    whether it is held."""
     import filelock
 
     lock = filelock.FileLock(lock_file)
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        return 0
+        yield False
+        return
     try:
-        path = Path(folder)
-        if verified(path, product):
+        yield True
+    finally:
+        lock.release()
+
+
+def scratch(folder: Path, product: str) -> Path:
+    """A private name in ``folder`` to write ``product`` to before ``publish``, after deleting
+    those left by a killed writer (only the lock's holder writes)."""
+    for old in folder.glob(f".{product}.*"):
+        old.unlink()
+    return folder / f".{product}.{os.getpid()}"
+
+
+def publish(folder: Path, product: str, tmp: Path) -> None:
+    """Publish ``tmp`` (from ``scratch``) as ``folder/product``: the product by one ``os.replace``,
+    then its record by another, so that a reader that finds the record finds the whole
+    product. The caller holds the product's lock."""
+    record = folder / f".{product}.json.{os.getpid()}"
+    record.write_text(json.dumps({"sha256": hashlib.sha256(tmp.read_bytes()).hexdigest()}))
+    os.replace(tmp, folder / product)
+    os.replace(record, folder / f"{product}.json")
+
+
+def make(lock_file: str, folder: str, product: str, command: list[str]) -> int:
+    """Make ``folder/product`` with ``command`` unless another process holds ``lock_file`` or a
+    product matching its record is there. Returns 0 when it is there or another maker works on
+    it, 1 when the compile failed (``failed.log`` keeps its output when it exited with an error)."""
+    path = Path(folder)
+    with holding(lock_file) as held:
+        if not held or verified(path, product):
             return 0
-        for old in path.glob(f".{product}.*"):  # left by a maker that was killed: only the holder writes
-            old.unlink()
-        tmp = path / f".{product}.{os.getpid()}"
+        tmp = scratch(path, product)
         proc = subprocess.run([*command, "-o", tmp.name], cwd=path, capture_output=True)
         if proc.returncode:
             tmp.unlink(missing_ok=True)
             if proc.returncode > 0:  # not killed (out of memory, a signal): do not try again
                 (path / "failed.log").write_bytes(proc.stdout + proc.stderr)
             return 1
-        record = path / f".{product}.json.{os.getpid()}"
-        record.write_text(json.dumps({"sha256": hashlib.sha256(tmp.read_bytes()).hexdigest()}))
-        os.replace(tmp, path / product)  # the product first: a record names only a whole product
-        os.replace(record, path / f"{product}.json")
+        publish(path, product, tmp)
         return 0
-    finally:
-        lock.release()
 
 
 if __name__ == "__main__":

@@ -146,8 +146,7 @@ class Nvrtc(Backend):
                  "rule asm", f"  command = {_quote(compilers[:1])} -c $in -o $out", "",
                  f"build kernels.S kernel.cubin: device {self.unit}.o | kernels.txt device.cu",
                  "build kernels.S.o: asm kernels.S | kernel.cubin", ""]
-        write_ninja(self, spec, compilers, build_dir, steps, ["kernels.S.o"])
-        run_ninja(build_dir, spec.title)
+        run_ninja(build_dir, spec.title, write_ninja(self, spec, compilers, build_dir, steps, ["kernels.S.o"]))
         return ninja_deps(build_dir) + sources
 
 

@@ -1,18 +1,16 @@
 """The prebuilt helper object: kernkit's shared host helpers compiled once per cache and
-compiler setup, and linked into the libraries the ``nvrtc`` and ``emu`` backends build after.
+compiler setup, and linked into the libraries the ``nvrtc`` and ``emu`` backends build.
 
 The helpers (``KERNKIT_HOST_HELPER`` in ``host_helper.h``: ``TensorMatcher``'s checks,
-``check_no_overlap``, the row checks, the device queries; for emu also the emulator's runtime,
-``KERNKIT_EMU_RUNTIME``) are the same code in every specialization, and compiling them is about
-40% of an nvrtc host unit's compile and half of an emu unit's. ``stage`` gives a
-build a verified copy of the cached object, and the build's unit starts with ``USE`` (defining
-``KERNKIT_HOST_PREBUILT``: it then only declares them) and links the copy (hidden
-symbols, linked statically: a library carries its own, and a deploy archive stays
-self-contained). A build that finds none compiles its unit with the helpers inline, as nvcc builds
-always do, and once that build is done a detached maker (``maker.py``) makes the object for
-the builds after it: no build waits for it, and the build that asked does not share its cores
-with it. A copy that does not match the SHA-256 of the object's record is not used (and the
-object is made again).
+``check_no_overlap``, the row checks, the device queries, the error's construction; for emu also
+the emulator's runtime, ``KERNKIT_EMU_RUNTIME``) are the same code in every specialization, and
+compiling them is about 40% of an nvrtc host unit's compile and half of an emu unit's. Every
+such build's unit starts with ``USE`` (defining ``KERNKIT_HOST_PREBUILT``: it then only declares
+them) and links ``helpers.o`` (hidden symbols, linked statically: a library carries its own,
+and a deploy archive stays self-contained). ``stage`` gives a build a verified copy of the
+cached object; a build that finds none compiles the object itself, beside its unit and in
+parallel with it, and ``publish`` puts it in the cache for the builds after it. A copy that
+does not match the SHA-256 of the object's record is not used (and the build makes it again).
 
 The key covers the compile command (without its forced includes: a precompiled prelude or the
 headers it holds give the same code) and what the caller names as the rest of the code's
@@ -21,16 +19,13 @@ libraries in it; this object is one more file of the same kind.
 
     v2/helpers/<key16>/helpers.o      the object
     v2/helpers/<key16>/helpers.o.json {"sha256": ...} of the object
-    v2/helpers/<key16>/helpers.cc     its unit, and host/ the nvrtc host halves it includes
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import uuid
 from pathlib import Path
 
 from . import maker
@@ -41,7 +36,10 @@ USE = "#define KERNKIT_HOST_PREBUILT 1\n#line 1\n"
 #: The unit that defines the helpers.
 SOURCE = ("#define KERNKIT_HOST_PREBUILT 1\n#define KERNKIT_HOST_PREBUILT_IMPL 1\n#include <kernkit/export.h>\n"
           "#include <kernkit/tensor.h>\n#include <kernkit/rows.cuh>\n#include <kernkit/runtime.cuh>\n")
+#: The object's name, in a build's directory and in the cache.
 OBJECT = "helpers.o"
+#: Its unit's name in a build's directory.
+UNIT = "helpers.cc"
 
 
 def key(command: list[str], identity: object) -> str:
@@ -54,47 +52,51 @@ def key(command: list[str], identity: object) -> str:
     return hashlib.sha256(json.dumps([SOURCE, flags, identity]).encode()).hexdigest()[:16]
 
 
-def stage(build_dir: Path, object_key: str, command: list[str]) -> bool:
-    """Copy the cached object into ``build_dir`` as ``OBJECT`` when it matches its record; else
-    ask for its maker (``maker.request``; ``run_ninja`` starts it after the build) and return
-    False.
+def _folder(build_dir: Path, object_key: str) -> Path:
+    # A build's directory is <cache root>/.staging/<name> (cache.staging_dir).
+    return build_dir.parent.parent / "helpers" / object_key
+
+
+def stage(build_dir: Path, object_key: str) -> bool:
+    """Copy the cached object into ``build_dir`` as ``OBJECT`` when it matches its record, else
+    write ``UNIT`` there for the build to compile.
 
     Parameters
     ----------
     build_dir
         The build's directory: a staging directory, ``<cache root>/.staging/<name>``
-        (``cache.staging_dir``), so that the cache's folders are found from it. An nvrtc build's
-        ``host/`` halves are there already: the maker compiles against a copy of them.
+        (``cache.staging_dir``), so that the cache's folders are found from it.
     object_key
         ``key(...)`` of the unit's command.
-    command
-        The unit's compile command without input, output and dependency flags (its include
-        paths relative to ``build_dir``).
 
     Returns
     -------
     bool
-        Whether ``OBJECT`` is in ``build_dir``, to be linked (the unit starting with ``USE``).
+        Whether the copy is there; if not, the build compiles ``UNIT`` to ``OBJECT`` and calls
+        ``publish`` once it is done.
     """
-    folder = build_dir.parent.parent / "helpers" / object_key
+    folder = _folder(build_dir, object_key)
     if maker.verified(folder, OBJECT):
         shutil.copyfile(folder / OBJECT, build_dir / OBJECT)
         if maker.verified(folder, OBJECT, build_dir / OBJECT):
             return True
         (build_dir / OBJECT).unlink()
-    if not maker.may_ask(folder):
-        return False
+    (build_dir / UNIT).write_text(SOURCE)
+    return False
+
+
+def publish(build_dir: Path, object_key: str) -> None:
+    """Put the ``OBJECT`` a finished build compiled into the cache for the builds after it
+    (``maker.publish``), under the object's lock taken without waiting: a build that finds it
+    held leaves the publishing to its holder. A cache that cannot be written keeps no object,
+    and its builds go on compiling their own."""
+    folder = _folder(build_dir, object_key)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if (build_dir / "host" / "kernkit").is_dir() and not (folder / "host").is_dir():
-            tmp = folder / f".host.{uuid.uuid4().hex}"  # not the pid: builds run in threads too
-            shutil.copytree(build_dir / "host" / "kernkit", tmp / "kernkit")
-            try:
-                os.replace(tmp, folder / "host")
-            except OSError:  # another build's copy came first: the same files
-                shutil.rmtree(tmp, ignore_errors=True)
-        (folder / "helpers.cc").write_text(SOURCE)  # the same text under one key
-        maker.request(folder, OBJECT, [*command, "-c", "helpers.cc"])
+        with maker.holding(str(build_dir.parent.parent / ".locks" / f"helpers-{object_key}.lock")) as held:
+            if held and not maker.verified(folder, OBJECT):
+                tmp = maker.scratch(folder, OBJECT)
+                shutil.copyfile(build_dir / OBJECT, tmp)
+                maker.publish(folder, OBJECT, tmp)
     except OSError:
-        pass  # a cache that cannot be written: the builds keep the helpers inline
-    return False
+        pass

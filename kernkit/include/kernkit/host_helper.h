@@ -5,10 +5,10 @@
 /// is the same in every specialization) are compiled.
 ///
 /// By default they are inline functions of the headers, compiled again by every unit that uses
-/// them. A unit that links kernkit's prebuilt helper object (the nvrtc and emu backends', where
-/// it is made: kernkit/jit/prebuilt.py) defines `KERNKIT_HOST_PREBUILT` before its first include
-/// of a kernkit header: the headers then declare them without defining them, and the object, a
-/// unit of its own built once per cache that also defines `KERNKIT_HOST_PREBUILT_IMPL`, defines
+/// them. A unit that links kernkit's shared helper object (the nvrtc and emu backends':
+/// kernkit/jit/prebuilt.py) defines `KERNKIT_HOST_PREBUILT` before its first include of a
+/// kernkit header: the headers then declare them without defining them, and the object, a unit
+/// of its own built once per cache that also defines `KERNKIT_HOST_PREBUILT_IMPL`, defines
 /// them. Hidden visibility: each library binds its own copy, never another's. The emulator's
 /// runtime, which an emu unit's precompiled header holds, includes no header that includes this
 /// one: the macros are set after the unit's first line.

@@ -8,6 +8,7 @@
 
 #include <kernkit/emu/sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>

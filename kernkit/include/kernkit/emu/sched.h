@@ -11,12 +11,9 @@
 
 #include <kernkit/emu/context.h>
 
-#include <tvm/ffi/error.h>
-
 #include <cxxabi.h>
 #include <pthread.h>
 
-#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -27,7 +24,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <sstream>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -37,8 +34,8 @@
 #include <vector>
 
 /// \brief Marks the runtime's functions that are defined out of line, in `sched_impl.h`: in the
-/// prebuilt helper object where a build links one (kernkit/jit/prebuilt.py), else in the unit
-/// itself (host_helper.h includes `sched_impl.h` there). Hidden: each library binds its own copy.
+/// shared helper object the emu backend links (kernkit/jit/prebuilt.py), or in a unit compiled
+/// without one (host_helper.h includes `sched_impl.h` there). Hidden: each library binds its own copy.
 #define KERNKIT_EMU_RUNTIME __attribute__((visibility("hidden")))
 
 namespace kernkit {

@@ -1,11 +1,11 @@
 /// \file sched_impl.h
 /// \brief The definitions of the emulator's runtime functions that sched.h declares
 /// `KERNKIT_EMU_RUNTIME`: the launch, the block scheduler, the warp collectives and barriers,
-/// and the error reports. The same code in every emulator specialization, so it is compiled once
-/// into the prebuilt helper object where a build links one (about half of an emulator unit's
-/// code otherwise), and into the unit itself where not: host_helper.h includes this header
-/// where `KERNKIT_HOST_DEFINE_HELPERS` is 1 in an emulator build. One translation unit of a
-/// library includes it.
+/// and the error reports. The same code in every emulator specialization (about half of an
+/// emulator unit's code), so it is compiled once, into the shared helper object the emu backend
+/// links, or into a unit compiled without one: host_helper.h includes this header where
+/// `KERNKIT_HOST_DEFINE_HELPERS` is 1 in an emulator build. One translation unit of a library
+/// includes it.
 #pragma once
 
 #include <kernkit/emu/sched.h>
@@ -13,6 +13,9 @@
 #include <tvm/ffi/error.h>
 
 #include <dlfcn.h>
+
+#include <algorithm>
+#include <sstream>
 
 namespace kernkit {
 namespace emu {

@@ -252,10 +252,12 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
     rules = {"cxx": [compilers[0], *CXX_FLAGS, *includes(cuda=False), *user, *spec.extra_cflags]}
     if spec.cuda_files:
         rules["cuda"] = [*backend.command(spec, compilers), *user]
-    # The shared host helpers: a copy of the prebuilt object, or compiled beside the unit.
+    # The shared host helpers: a copy of the prebuilt object, or compiled beside the unit (then
+    # ``object_key`` names the object to compile and publish).
     helpers = bool(spec.cuda_files) and backend.prebuilt
     object_key = prebuilt.key(rules["cuda"], _helper_identity(rules["cuda"])) if helpers else None
-    staged = helpers and prebuilt.stage(build_dir, object_key)
+    if object_key and prebuilt.stage(build_dir, object_key):
+        object_key = None
     tvm_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi()).parent
     link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
     out = ["ninja_required_version = 1.3", ""]
@@ -270,13 +272,13 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
         (build_dir / name).write_bytes(os.fsencode(text))
         out.append(f"build {name}.o: {rule} {name}")
         objs.append(f"{name}.o")
-    if helpers and not staged:
+    if object_key:
         out.append(f"build {prebuilt.OBJECT}: cuda {prebuilt.UNIT}")
     out += steps
     objs += [*objects, *([prebuilt.OBJECT] if helpers else [])]
     out += [f"build {LIB_NAME}: link {' '.join(objs)}", f"default {LIB_NAME}", ""]
     (build_dir / "build.ninja").write_bytes(os.fsencode("\n".join(out)))
-    return object_key if helpers and not staged else None
+    return object_key
 
 
 def _helper_identity(command: list[str]) -> list:

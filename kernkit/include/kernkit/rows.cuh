@@ -354,8 +354,9 @@ KERNKIT_HOST_HELPER FlatRows verify_flat_rows(const tvm::ffi::TensorView& t, con
   const auto shape = t.shape();
   const auto strides = t.strides();
   const int64_t ndim = t.ndim();
-  const std::string want = "[..., " + (row_len < 0 ? std::string("n") : std::to_string(row_len)) + "]";
-  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a " << want << " tensor, got a 0-d tensor";
+  KERNKIT_CHECK(ndim >= 1, ValueError) << "'" << role << "': expected a [..., "
+                                       << (row_len < 0 ? std::string("n") : std::to_string(row_len))
+                                       << "] tensor, got a 0-d tensor";
   KERNKIT_CHECK(dtype_equal(t.dtype(), dtype), TypeError)
       << "'" << role << "': expected dtype " << dtype_name(dtype) << ", got " << dtype_name(t.dtype());
   constexpr int32_t kDeviceType = detail::effective_device_type(kDLCUDA);

@@ -1,9 +1,12 @@
 """kernkit's ops inside PyTorch on the GPU: torch.compile(fullgraph=True) of a decode-like module
 against eager, CUDA-graph capture and replay of a decode step with inputs changed between
-replays, ops on a side stream behind a long kernel, and the error for a cold specialization
-reached during capture. Run with ``pytest -m gpu`` on a GPU machine."""
+replays, ops on a side stream behind a long kernel, an op as a new thread's first CUDA call, and
+the error for a cold specialization reached during capture. Run with ``pytest -m gpu`` on a GPU
+machine."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -119,6 +122,33 @@ def test_ops_run_on_the_current_side_stream():
     torch.cuda.synchronize()
     assert same_bytes(kc, kc_ref) and same_bytes(vc, vc_ref)
     assert same_bytes(rows, k_new.view(n, -1))
+
+
+def test_an_op_as_the_first_cuda_call_of_a_new_thread():
+    """A new thread has no current CUDA context until its first runtime call. The nvrtc backend
+    launches through the driver, which needs one on the default stream; the launch then falls
+    back to the runtime, which makes it current. Both calls in the thread give the main
+    thread's bits."""
+    x = torch.randn(16, 4096, device="cuda").bfloat16()
+    w = torch.randn(4096, device="cuda").bfloat16()
+    want = ops.rmsnorm(x, w)  # the module is loaded here: the thread only launches
+    torch.cuda.synchronize()
+    outs = [torch.zeros_like(x), torch.zeros_like(x)]
+    errors = []
+
+    def work():
+        try:
+            for out in outs:  # the first launch is the thread's first CUDA call, then a second
+                ops.rmsnorm(x, w, out=out)
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    torch.cuda.synchronize()
+    assert not errors, errors
+    assert all(same_bytes(out, want) for out in outs)
 
 
 def test_cold_specialization_during_capture_raises_a_clear_error(tmp_path, monkeypatch):

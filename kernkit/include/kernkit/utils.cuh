@@ -22,6 +22,9 @@
 #include <tuple>
 #if defined(KERNKIT_NVRTC)
 #include <mutex>
+#if KERNKIT_HOST_DEFINE_HELPERS
+#include <cuda.h>  // the driver's launch types (launch_cubin_kernel)
+#endif
 #endif
 
 /// \brief Qualifiers for every kernkit device helper: inlined, device-only.
@@ -126,6 +129,61 @@ inline void RuntimeDeviceCheck(cudaError_t err) {
     Panic("CUDA error ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
   }
 }
+
+#if defined(KERNKIT_NVRTC)
+/// \brief Launch a cubin's kernel (the nvrtc backend's `cudaKernel_t`) as `cudaLaunchKernelExC`
+/// does, through the driver's `cuLaunchKernelEx`, which the runtime finds once
+/// (`cudaGetDriverEntryPoint`: no library links libcuda). That skips the runtime's own work per
+/// launch: 0.1 to 0.3 us of host time on the H200 host (docs/performance.md). Where the driver
+/// does not launch it (a thread whose first CUDA call this is has no current context for the
+/// default stream; an attribute it does not translate; any error), the runtime launches it,
+/// which makes the device's primary context current, or returns the error.
+/// \param config The launch, as `cudaLaunchKernelExC` takes it.
+/// \param kernel The kernel.
+/// \param argv Pointers to its arguments.
+/// \return `cudaSuccess`, or the runtime's error.
+KERNKIT_HOST_HELPER cudaError_t launch_cubin_kernel(const cudaLaunchConfig_t& config, cudaKernel_t kernel,
+                                                    void** argv);
+#if KERNKIT_HOST_DEFINE_HELPERS
+KERNKIT_HOST_HELPER cudaError_t launch_cubin_kernel(const cudaLaunchConfig_t& config, cudaKernel_t kernel,
+                                                    void** argv) {
+  using Launch = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+  static const Launch driver = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &fn, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuLaunchKernelEx", &fn, cudaEnableDefault, &found);
+#endif
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<Launch>(fn) : nullptr;
+  }();
+  // PDL is the one attribute LaunchKernel sets; a launch with any other goes through the runtime.
+  const bool pdl = config.numAttrs == 1 && config.attrs[0].id == cudaLaunchAttributeProgrammaticStreamSerialization;
+  if (driver != nullptr && (config.numAttrs == 0 || pdl)) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed =
+        pdl ? config.attrs[0].val.programmaticStreamSerializationAllowed : 0;
+    CUlaunchConfig c{};
+    c.gridDimX = config.gridDim.x;
+    c.gridDimY = config.gridDim.y;
+    c.gridDimZ = config.gridDim.z;
+    c.blockDimX = config.blockDim.x;
+    c.blockDimY = config.blockDim.y;
+    c.blockDimZ = config.blockDim.z;
+    c.sharedMemBytes = static_cast<unsigned int>(config.dynamicSmemBytes);
+    c.hStream = reinterpret_cast<CUstream>(config.stream);
+    c.attrs = &attr;
+    c.numAttrs = pdl ? 1 : 0;
+    // A kernel handle launches in the stream's context, or in the current one for the default
+    // stream (cuLaunchKernelEx's documentation).
+    if (driver(&c, reinterpret_cast<CUfunction>(kernel), argv, nullptr) == CUDA_SUCCESS) return cudaSuccess;
+  }
+  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(kernel), argv);
+}
+#endif
+#endif
 
 /// \brief Launches a kernel on the caller's current stream and checks the launch.
 ///
@@ -234,7 +292,11 @@ class LaunchKernel {
       config.attrs = attr;
       config.numAttrs = 1;
     }
+#if defined(KERNKIT_NVRTC)
+    const cudaError_t err = launch_cubin_kernel(config, static_cast<cudaKernel_t>(const_cast<void*>(func)), argv);
+#else
     const cudaError_t err = cudaLaunchKernelExC(&config, func, argv);
+#endif
     if (err != cudaSuccess) {
       Panic("kernel launch failed with grid (", grid_.x, ", ", grid_.y, ", ", grid_.z, "), block (", block_.x, ", ",
             block_.y, ", ", block_.z, "), ", smem_, " bytes of shared memory: ", cudaGetErrorName(err), " (",

@@ -11,7 +11,8 @@ the ops both have.
   neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
   of 131072 rows (as sglang's benchmark builds it).
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
-  in place, and into ``out`` under inference mode), store_cache and rope, plus each library's
+  in place, and into ``out`` under inference mode), fused_add_rmsnorm (and under inference
+  mode), store_cache and rope, plus each library's
   bare module call for rmsnorm (the launcher without the Python layer).
 
 Times are CUDA-graph medians per call with inputs rotated beyond the L2 (``common``). sglang's
@@ -175,6 +176,7 @@ def bench_host(sgl) -> list[str]:
     x = torch.randn(16, 4096, device="cuda", dtype=bf16)
     w = torch.randn(4096, device="cuda", dtype=bf16)
     out = torch.empty_like(x)
+    res = torch.randn_like(x)
     kc = torch.zeros(4096, 8 * 128, device="cuda", dtype=bf16)
     vc = torch.zeros_like(kc)
     k = torch.randn(64, 8 * 128, device="cuda", dtype=bf16)
@@ -189,6 +191,7 @@ def bench_host(sgl) -> list[str]:
         "rmsnorm into out: kernkit": lambda: ops.rmsnorm(x, w, EPS, out=out),
         "rmsnorm into out: kernkit, bare module call": lambda: module.rmsnorm(out, x, w, EPS),
         "rmsnorm in place: kernkit": lambda: ops.rmsnorm(out, w, EPS, out=out),
+        "fused_add_rmsnorm: kernkit": lambda: ops.fused_add_rmsnorm(out, res, w, EPS),
         "store_cache: kernkit": lambda: ops.store_cache(kc, vc, idx, k, v),
         "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
     }
@@ -198,16 +201,19 @@ def bench_host(sgl) -> list[str]:
             "rmsnorm into out: sglang": lambda: sgl.norm.rmsnorm(x, w, out, EPS),
             "rmsnorm into out: sglang, bare module call": lambda: sgl_module.rmsnorm(x, w, out, EPS),
             "rmsnorm in place: sglang": lambda: sgl.norm.rmsnorm(out, w, out, EPS),
+            "fused_add_rmsnorm: sglang": lambda: sgl.norm.fused_add_rmsnorm(out, res, w, EPS),
             "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
             "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),
         })
     us = common.host_us(fns, rounds=41)
     # A server runs its forward pass under inference mode, on inference tensors.
     with torch.inference_mode():
-        xi, wi, oi = x.clone(), w.clone(), out.clone()
-        fns = {"rmsnorm into out, inference mode: kernkit": lambda: ops.rmsnorm(xi, wi, EPS, out=oi)}
+        xi, wi, oi, ri = x.clone(), w.clone(), out.clone(), res.clone()
+        fns = {"rmsnorm into out, inference mode: kernkit": lambda: ops.rmsnorm(xi, wi, EPS, out=oi),
+               "fused_add_rmsnorm, inference mode: kernkit": lambda: ops.fused_add_rmsnorm(oi, ri, wi, EPS)}
         if sgl is not None:
             fns["rmsnorm into out, inference mode: sglang"] = lambda: sgl.norm.rmsnorm(xi, wi, oi, EPS)
+            fns["fused_add_rmsnorm, inference mode: sglang"] = lambda: sgl.norm.fused_add_rmsnorm(oi, ri, wi, EPS)
         us.update(common.host_us(fns, rounds=41))
     rows = [[name, t] for name, t in sorted(us.items())]
     return ["## eager host cost per call (us; best of 41 rounds of 2000 calls)", "",

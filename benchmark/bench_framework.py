@@ -5,7 +5,8 @@
 
 ``--cold`` prints only the compile timeline a user meets (issue 27's figures): per backend, the
 first call of a fresh install (empty cache, fresh process), a later new specialization in that
-cache once its precompiled header and helper object are made, and a warm load, for rmsnorm bf16 (hidden 3072, then
+cache once its precompiled header and helper object are made, and the first call of a fresh process on that
+warm cache (the load, the cubin's load at the first launch, the op's first run), for rmsnorm bf16 (hidden 3072, then
 other sizes); on a GPU machine through the op on CUDA tensors, without one through ``build_and_load``
 (emu: the op on CPU tensors). ``sglang`` is the peer: sglang's jit_kernel rmsnorm on CUDA tensors,
 its tvm-ffi cache (``TVM_FFI_CACHE_DIR``) as fresh as kernkit's (``bench_sglang.load_sglang``).
@@ -343,8 +344,8 @@ def _wait_for_pch(cache: Path, limit: float = 300.0) -> float:
 
 def cold_rows(tmp: Path, backends: list[str], repeats: int) -> list[list[str]]:
     """Per backend: ``repeats`` fresh caches, each: the first call (hidden 3072), then, once the
-    precompiled header and the helper object are made, a new specialization (hidden 2048) and a
-    warm load (3072)."""
+    precompiled header and the helper object are made, a new specialization (hidden 2048) and the
+    first call of a fresh process on the warm cache (3072)."""
     rows = []
     for backend in backends:
         first, later, warm, imp, cpu_first, cpu_later, pch = [], [], [], [], [], [], []
@@ -377,8 +378,8 @@ def cold_main(args) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     cols = ["backend", "first call of a fresh install, s (median; runs)", "its compiler CPU s",
-            "later new specialization, s", "its compiler CPU s", "warm load, ms", "import kernkit.ops, s",
-            "wait for the precompiled header and the helper object after the first call, s"]
+            "later new specialization, s", "its compiler CPU s", "first call on a warm cache, ms",
+            "import kernkit.ops, s", "wait for the precompiled header and the helper object after the first call, s"]
     name = f"cold-{args.tag or ('gpu' if torch.cuda.is_available() else 'cpu')}-{time.strftime('%Y-%m-%d')}-" \
            f"{common.commit().split()[0]}.md"
     lines = common.header("kernkit cold compile: rmsnorm bf16", common.command_line())

@@ -2,8 +2,8 @@
 compiler setup, and linked into the libraries the ``nvrtc`` and ``emu`` backends build.
 
 The helpers (``KERNKIT_HOST_HELPER`` in ``host_helper.h``: ``TensorMatcher``'s checks,
-``check_no_overlap``, the row checks, the device queries, the error's construction; for emu also
-the emulator's runtime, ``KERNKIT_EMU_RUNTIME``) are the same code in every specialization, and
+``check_no_overlap``, the row checks, the device queries, the error's construction; for nvrtc also
+the driver launch, for emu the emulator's runtime, ``KERNKIT_EMU_RUNTIME``) are the same code in every specialization, and
 compiling them is about 40% of an nvrtc host unit's compile and half of an emu unit's. Every
 such build's unit starts with ``USE`` (defining ``KERNKIT_HOST_PREBUILT``: it then only declares
 them) and links ``helpers.o`` (hidden symbols, linked statically: a library carries its own,

@@ -1,8 +1,8 @@
 /// \file host_helper.h
 /// \brief `KERNKIT_HOST_HELPER`: how the shared host helpers (`TensorMatcher`'s checks,
 /// `check_no_overlap`, the row checks of rows.cuh, the device queries of runtime.cuh, the call
-/// boundary of export.h: code that
-/// is the same in every specialization) are compiled.
+/// boundary of export.h, the nvrtc backend's launch of utils.cuh: code that is the same in every
+/// specialization) are compiled.
 ///
 /// By default they are inline functions of the headers, compiled again by every unit that uses
 /// them. A unit that links kernkit's shared helper object (the nvrtc and emu backends':

@@ -37,7 +37,7 @@ def request(folder: Path, product: str, command: list[str]) -> None:
     Parameters
     ----------
     folder
-        ``<cache>/v2/<kind>/<key16>``; its lock is ``<cache>/v2/.locks/<kind>-<key16>.lock``.
+        ``<cache>/v2/<kind>/<key16>``; its lock is ``lock_of(folder)``.
     product
         The file's name in ``folder``.
     command
@@ -51,9 +51,15 @@ def request(folder: Path, product: str, command: list[str]) -> None:
     if not may_ask(folder):
         return
     _asked.add(folder)
+    _queued.append([str(lock_of(folder)), str(folder), product, *command])
+
+
+def lock_of(folder: Path) -> Path:
+    """The lock of the product in ``folder`` (``<cache>/v2/<kind>/<key16>``):
+    ``<cache>/v2/.locks/<kind>-<key16>.lock``, its folder made."""
     locks = folder.parent.parent / ".locks"
     locks.mkdir(exist_ok=True)
-    _queued.append([str(locks / f"{folder.parent.name}-{folder.name}.lock"), str(folder), product, *command])
+    return locks / f"{folder.parent.name}-{folder.name}.lock"
 
 
 def may_ask(folder: Path) -> bool:
@@ -90,7 +96,7 @@ def verified(folder: Path, product: str, copy: Path | None = None) -> bool:
 
 
 @contextlib.contextmanager
-def holding(lock_file: str):
+def holding(lock_file: str | Path):
     """Hold ``lock_file`` (``filelock``) if no other process does, without waiting: yields
     whether it is held."""
     import filelock

@@ -7,9 +7,9 @@ compile. ``header`` returns a header holding them whose ``.gch`` is made, or Non
 caller compiles its unit without it, and a detached maker (``maker.py``) makes the ``.gch`` for
 later builds, started once that build is done (``run_ninja``): on a machine of two cores, one
 started beside the first build made it take 3.7 s instead of 1.7 in one run, even niced. So no
-build waits for one, and the first call of a fresh install costs what a build without it costs. GCC uses a
-``.gch`` only where it was made with the same flags and parses the header otherwise, so a stale
-or foreign one costs time, never correctness.
+build waits for one, and the first call of a fresh install costs what a build without it costs.
+GCC uses a ``.gch`` only where it was made with the same flags and parses the header otherwise,
+so a stale or foreign one costs time, never correctness.
 """
 
 from __future__ import annotations

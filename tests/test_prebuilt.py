@@ -72,12 +72,11 @@ def test_an_object_that_does_not_match_its_record_is_not_used(made):
     assert maker.verified(made, prebuilt.OBJECT) and (made / prebuilt.OBJECT).read_bytes() == good
 
 
-def test_a_build_leaves_the_publishing_to_the_holder_of_the_lock(made, fresh_cache):
+def test_a_build_leaves_the_publishing_to_the_holder_of_the_lock(made):
     """While another process holds the object's lock, a build publishes nothing (and waits for
     nothing): the holder is publishing the same object."""
     (made / prebuilt.OBJECT).unlink()
-    lock = fresh_cache / "v2" / ".locks" / f"helpers-{made.name}.lock"
-    with filelock.FileLock(str(lock)):
+    with filelock.FileLock(str(maker.lock_of(made))):
         lib = scale_spec(torch.bfloat16, "emu").build()
         assert _compiled_its_own(lib) and not (made / prebuilt.OBJECT).exists()
 

@@ -4,12 +4,13 @@
     python benchmark/bench_framework.py --cold [--backends emu nvrtc nvcc sglang] [--repeats 5] [--out DIR]
 
 ``--cold`` prints only the compile timeline a user meets (issue 27's figures): per backend, the
-first call of a fresh install (empty cache, fresh process), a later new specialization in that
-cache once its precompiled header and helper object are made, and the first call of a fresh process on that
-warm cache (the load, the cubin's load at the first launch, the op's first run), for rmsnorm bf16 (hidden 3072, then
-other sizes); on a GPU machine through the op on CUDA tensors, without one through ``build_and_load``
-(emu: the op on CPU tensors). ``sglang`` is the peer: sglang's jit_kernel rmsnorm on CUDA tensors,
-its tvm-ffi cache (``TVM_FFI_CACHE_DIR``) as fresh as kernkit's (``bench_sglang.load_sglang``).
+first call of a fresh install (empty cache, fresh process), a later new specialization in that cache
+once its precompiled header and helper object are made, and the first call of a fresh process on
+that warm cache (the load, the cubin's load at the first launch, the op's first run), for rmsnorm
+bf16 (hidden 3072, then other sizes); on a GPU machine through the op on CUDA tensors, without one
+through ``build_and_load`` (emu: the op on CPU tensors). ``sglang`` is the peer: sglang's jit_kernel
+rmsnorm on CUDA tensors, its tvm-ffi cache (``TVM_FFI_CACHE_DIR``) as fresh as kernkit's
+(``bench_sglang.load_sglang``).
 
 Every figure comes from fresh subprocesses with private cache directories; the worker functions
 (``w_*``) say what each measures. The specialization is store_cache for bf16 rows of 8 x 128

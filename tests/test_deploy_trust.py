@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from kernkit import ops
-from kernkit.jit import manifest
+from kernkit.jit import maker, manifest
 from kernkit.ops import elementwise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -257,10 +257,15 @@ def test_the_build_in_progress_of_a_killed_process_is_removed_once_old(fresh_cac
 
 @pytest.fixture(scope="module")
 def three_builds(tmp_path_factory) -> Path:
-    """A cache root holding scale's fp32, fp16 and bf16 builds, made once for this module."""
+    """A cache root holding scale's fp32, fp16 and bf16 builds, made once for this module. No
+    detached maker is started for it: one still writing its precompiled header there would race
+    the tests' copies of the root."""
     top = tmp_path_factory.mktemp("three") / "cache"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNKIT_CACHE_DIR", str(top))
+        mp.setattr(maker, "_asked", set())
+        mp.setattr(maker, "_queued", [])
+        mp.setattr(maker, "start", lambda: None)
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             elementwise.scale_spec(dtype, "emu").build()
     return top

@@ -1,8 +1,8 @@
 """kernkit beside sglang's own JIT kernels (``sglang.jit_kernel``) and torch.compile, over the
-grids of sglang's ``bench_norm.py`` and ``bench_rope.py``, plus the eager host cost per call of
-the ops both have.
+grids of sglang's ``bench_norm.py``, ``bench_rope.py`` and ``bench_qknorm.py``, plus the eager
+host cost per call of the ops both have.
 
-    python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,host] [--no-compile]
+    python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,qknorm,host] [--no-compile]
 
 - rmsnorm: in place (``out=x``, as sglang's benchmark calls it), bf16, hidden 1024-8192 (and
   1536, 16384) x 1 to 8192 tokens.
@@ -10,6 +10,9 @@ the ops both have.
   ``[tokens, heads, 128]``, (q, kv) heads (8, 1), (16, 2), (32, 8) and Qwen3-32B's (64, 8),
   neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
   of 131072 rows (as sglang's benchmark builds it).
+- qknorm: ``qk_norm`` against sglang's ``fused_inplace_qknorm``: bf16 q ``[tokens, kv_heads *
+  gqa, head_dim]`` and k ``[tokens, kv_heads, head_dim]``, head_dim 128 to 1024, gqa 4 and 8,
+  kv_heads 1 to 8, 1 to 8192 tokens.
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
   in place, and into ``out`` under inference mode), fused_add_rmsnorm (and under inference
   mode), store_cache and rope, plus each library's
@@ -45,6 +48,10 @@ NORM_TOKENS = [2**n for n in range(14)]
 ROPE_HEADS = [(8, 1), (16, 2), (32, 8), (64, 8)]
 ROPE_TOKENS = [2**n for n in range(16)]
 ROPE_MAX_POS = 131072
+QKNORM_HEAD_DIMS = [128, 256, 512, 1024]
+QKNORM_GQA = [4, 8]
+QKNORM_KV_HEADS = [1, 2, 4, 8]
+QKNORM_TOKENS = [2**n for n in range(14)]
 COMPILE_TOKENS = {1, 64, 1024, 8192, 16384}
 _LIBRARIES: list = []
 
@@ -133,6 +140,39 @@ def bench_rmsnorm(sgl, compile_: bool) -> list[str]:
                                    rows), ""]
 
 
+def torch_qknorm(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor) -> None:
+    for x, w in ((q, wq), (k, wk)):
+        xf = x.float()
+        x.copy_(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * w.float())
+
+
+def bench_qknorm(sgl, compile_: bool) -> list[str]:
+    rows, compiled = [], torch.compile(torch_qknorm, dynamic=False) if compile_ else None
+    for head_dim in QKNORM_HEAD_DIMS:
+        wq = torch.randn(head_dim, device="cuda", dtype=torch.bfloat16)
+        wk = torch.randn(head_dim, device="cuda", dtype=torch.bfloat16)
+        for gqa in QKNORM_GQA:
+            for kv in QKNORM_KV_HEADS:
+                for tokens in QKNORM_TOKENS:
+                    calls = common.calls_for(2 * tokens * (gqa + 1) * kv * head_dim * 2, max_calls=400)
+                    qs = torch.randn(calls, tokens, gqa * kv, head_dim, device="cuda", dtype=torch.bfloat16)
+                    ks = torch.randn(calls, tokens, kv, head_dim, device="cuda", dtype=torch.bfloat16)
+                    fns = {"kernkit": lambda c: ops.qk_norm(qs[c], ks[c], wq, wk, EPS)}
+                    if sgl is not None:
+                        fns["sglang"] = lambda c: sgl.norm.fused_inplace_qknorm(qs[c], ks[c], wq, wk, EPS)
+                    if compiled is not None and tokens in COMPILE_TOKENS and (gqa, kv) == (8, 8) and head_dim <= 256:
+                        fns["torch.compile"] = lambda c: compiled(qs[c], ks[c], wq, wk)
+                    us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)])
+                          for m, f in fns.items()}
+                    rows.append([head_dim, gqa, kv, tokens,
+                                 *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
+                                 _ratio(us)])
+                    del qs, ks
+    return ["## qk_norm, bf16, in place (us per call)", "",
+            *common.markdown_table(["head_dim", "gqa", "kv heads", "tokens", "kernkit", "sglang", "torch.compile",
+                                    "kernkit / sglang"], rows), ""]
+
+
 def _ratio(us: dict) -> float:
     return us["kernkit"] / us["sglang"] if "sglang" in us else float("nan")
 
@@ -185,6 +225,7 @@ def bench_host(sgl) -> list[str]:
     q3 = torch.randn(16, 32, 128, device="cuda", dtype=bf16)
     k3 = torch.randn(16, 8, 128, device="cuda", dtype=bf16)
     pos = torch.arange(16, device="cuda")
+    wq, wk = w[:128], w[128:256]
     cache = rope_cache()
     module = ops.norm._module(bf16, 4096, True)
     fns = {
@@ -194,6 +235,7 @@ def bench_host(sgl) -> list[str]:
         "fused_add_rmsnorm: kernkit": lambda: ops.fused_add_rmsnorm(out, res, w, EPS),
         "store_cache: kernkit": lambda: ops.store_cache(kc, vc, idx, k, v),
         "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
+        "qk_norm: kernkit": lambda: ops.qk_norm(q3, k3, wq, wk, EPS),
     }
     if sgl is not None:
         sgl_module = sgl.norm._jit_rmsnorm_module(4096, bf16)
@@ -204,6 +246,7 @@ def bench_host(sgl) -> list[str]:
             "fused_add_rmsnorm: sglang": lambda: sgl.norm.fused_add_rmsnorm(out, res, w, EPS),
             "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
             "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),
+            "qk_norm: sglang": lambda: sgl.norm.fused_inplace_qknorm(q3, k3, wq, wk, EPS),
         })
     us = common.host_us(fns, rounds=41)
     # A server runs its forward pass under inference mode, on inference tensors.
@@ -223,7 +266,7 @@ def bench_host(sgl) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="write the results here (default: print only)")
-    p.add_argument("--only", default="host,rmsnorm,rope", help="comma list of host, rmsnorm, rope")
+    p.add_argument("--only", default="host,rmsnorm,rope,qknorm", help="comma list of host, rmsnorm, rope, qknorm")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -241,6 +284,8 @@ def main() -> None:
         lines += bench_rmsnorm(sgl, not args.no_compile)
     if "rope" in parts:
         lines += bench_rope(sgl, not args.no_compile)
+    if "qknorm" in parts:
+        lines += bench_qknorm(sgl, not args.no_compile)
     common.write_report(args.out, f"sglang-h200-{datetime.date.today().isoformat()}.md", lines)
 
 

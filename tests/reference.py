@@ -98,13 +98,13 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 # ----- rmsnorm
 
 
-def _norm_layout(itemsize: int, hidden: int) -> tuple[int, int, int]:
-    """``(vec, threads, per_thread)`` of ``NormLayout`` in ``kernkit/kernels/norm/rmsnorm.cuh``:
-    elements per 16-byte vector, threads per row, vectors per thread (vector ``j`` belongs to
-    thread ``j % threads``)."""
+def _norm_layout(itemsize: int, hidden: int, target: int = 4) -> tuple[int, int, int]:
+    """``(vec, threads, per_thread)`` of ``NormLayout`` in ``kernkit/kernels/norm/rmsnorm.cuh``
+    with ``target`` vectors a thread: elements per 16-byte vector, threads per row, vectors per
+    thread (vector ``j`` belongs to thread ``j % threads``)."""
     vec = 16 // itemsize
     vecs = hidden // vec
-    wanted = -(-vecs // 4)
+    wanted = -(-vecs // target)
     if wanted <= 32:
         threads = 1 << (wanted - 1).bit_length()
     else:
@@ -146,7 +146,7 @@ def rsqrt32(v: torch.Tensor) -> torch.Tensor:
     return (1.0 / torch.sqrt(v.double())).float()
 
 
-def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
+def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int, target: int = 4) -> torch.Tensor:
     """``1 / sqrt(sum(x**2) * (1 / hidden) + eps)`` of each row of the fp32 ``[rows, hidden]``
     tensor ``xf``, with the kernel's fp32 operations in the kernel's order (each thread's squares
     summed per vector position in order, each by a fused multiply-add; those sums by a halving
@@ -154,7 +154,7 @@ def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
     warps' sums in warp order; then one fused multiply-add and the correctly rounded reciprocal
     root); shaped ``[rows, 1]``."""
     rows, hidden = xf.shape
-    vec, threads, per_thread = _norm_layout(itemsize, hidden)
+    vec, threads, per_thread = _norm_layout(itemsize, hidden, target)
     padded = torch.zeros(rows, per_thread * threads * vec, dtype=torch.float32)
     padded[:, :hidden] = xf  # missing vectors add +0.0, which changes no sum of squares
     padded = padded.view(rows, per_thread, threads, vec)
@@ -178,12 +178,25 @@ def _row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int) -> torch.Tensor:
     return rsqrt32(fma32(total, inv_hidden.expand_as(total), eps32.expand_as(total)))
 
 
-def rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, target: int = 4) -> None:
     """``out = (x * inv_rms) * weight`` per row of ``[..., hidden]``, in fp32 with the kernel's
-    order of operations (``_row_inv_rms``), rounded once to the dtype: the kernel's bits."""
+    order of operations (``_row_inv_rms``; ``target`` vectors a thread), rounded once to the
+    dtype: the kernel's bits."""
     xf = x.reshape(-1, x.shape[-1]).float()
-    r = _row_inv_rms(xf, eps, x.element_size())
+    r = _row_inv_rms(xf, eps, x.element_size(), target)
     out.copy_((xf * r * weight.float()).view(x.shape))
+
+
+def qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float) -> None:
+    """In place, ``rmsnorm`` of each head of ``q`` (``[tokens, heads, head_dim]`` or
+    ``[tokens, heads * head_dim]``) and of ``k``, with ``qk_norm_kernel``'s layout: 2 vectors a
+    thread, or as many as keep a head inside one warp."""
+    head_dim = q_weight.shape[0]
+    vecs = head_dim * q.element_size() // 16
+    target = max(2, -(-vecs // 32))
+    for t, w in ((q, q_weight), (k, k_weight)):
+        heads = t.unflatten(-1, (-1, head_dim)) if t.dim() == 2 else t
+        rmsnorm(heads, heads.clone(), w, eps, target)
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:

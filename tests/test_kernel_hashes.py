@@ -26,6 +26,7 @@ HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"
 KERNEL_FILES = {
     "activation/act_and_mul.cuh": "act_and_mul",
     "norm/rmsnorm.cuh": "rmsnorm",
+    "norm/qk_norm.cuh": "qk_norm",
     "quant/per_token_fp8.cuh": "per_token_quant_fp8",
     "elementwise/scale.cuh": "scale",
     "embedding/indexing.cuh": "indexing",

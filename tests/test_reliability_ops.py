@@ -956,6 +956,152 @@ def test_rotary_embedding_valid_views_give_the_reference_bytes(p):
 
 
 # --------------------------------------------------------------------------------------------
+# ----- qk_norm
+
+QK_DIM = 64  # fp16 x 64: one build; the bad dtypes and head sizes never reach a build
+
+
+@st.composite
+def qk_params(draw):
+    return dict(
+        n=draw(st.sampled_from([0, 1, 3, 9])),
+        q_heads=draw(st.sampled_from([1, 2, 3])),
+        k_heads=draw(st.sampled_from([1, 2])),
+        q_rank=draw(st.sampled_from([2, 3])),
+        k_rank=draw(st.sampled_from([2, 3])),
+        fused=draw(st.booleans()),  # q and k slices of one [n, (q_heads + 2 * k_heads) * QK_DIM] tensor
+        eps=draw(st.sampled_from([1e-6, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def _qk_shape(p: dict, heads: int, rank: int, n: int | None = None) -> tuple[int, ...]:
+    n = p["n"] if n is None else n
+    return (n, heads * QK_DIM) if rank == 2 else (n, heads, QK_DIM)
+
+
+def _qk_heads(a: Arena, p: dict, heads: int, rank: int) -> torch.Tensor:
+    t = a.tensor(_qk_shape(p, heads, rank), fp16)
+    return _filled(a, t, torch.randn(t.shape, generator=a.gen).to(fp16))
+
+
+def qk_args(a: Arena, p: dict) -> dict:
+    if p["fused"]:
+        qh, kh = p["q_heads"], p["k_heads"]
+        qkv = _filled(a, a.tensor((p["n"], (qh + 2 * kh) * QK_DIM), fp16),
+                      torch.randn(p["n"], (qh + 2 * kh) * QK_DIM, generator=a.gen).to(fp16))
+        q, k = qkv[:, :qh * QK_DIM], qkv[:, qh * QK_DIM:(qh + kh) * QK_DIM]
+        q = q if p["q_rank"] == 2 else q.unflatten(1, (qh, QK_DIM))
+        k = k if p["k_rank"] == 2 else k.unflatten(1, (kh, QK_DIM))
+    else:
+        q, k = _qk_heads(a, p, p["q_heads"], p["q_rank"]), _qk_heads(a, p, p["k_heads"], p["k_rank"])
+    weights = [_filled(a, a.tensor((QK_DIM,), fp16), torch.randn(QK_DIM, generator=a.gen).to(fp16)) for _ in "qk"]
+    return dict(q=q, k=k, q_weight=weights[0], k_weight=weights[1], eps=p["eps"])
+
+
+def _over(a: Arena, t: torch.Tensor, copies: list[torch.Tensor]) -> torch.Tensor:
+    """The view ``t`` (of an arena buffer, sliced or not) over that buffer's copy."""
+    i = next(i for i, (b, _) in enumerate(a.bufs) if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
+    return copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _qk_heads_bad(arg: str) -> list[Bad]:
+    heads, rank = f"{arg}_heads", f"{arg}_rank"
+
+    def shape(p, n=None):
+        return _qk_shape(p, p[heads], p[rank], n)
+
+    out = [
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"] * QK_DIM,), (p["n"], 1, 2, QK_DIM), ()])), fp16)),
+        Bad(arg, "row not whole heads", ValueError,
+            lambda a, p, d: a.tensor((p["n"], p[heads] * QK_DIM + d.draw(st.sampled_from([8, -8]))), fp16)),
+        Bad(arg, "head_dim differs (3-d)", ValueError,
+            lambda a, p, d: a.tensor((p["n"], p[heads], d.draw(st.sampled_from([32, 128]))), fp16)),
+        Bad(arg, "no heads", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 0), (p["n"], 0, QK_DIM)])), fp16)),
+        Bad(arg, "non-contiguous head_dim", ValueError,
+            lambda a, p, d: a.tensor(_qk_shape(p, max(p[heads], 2), p[rank]), fp16,
+                                     d.draw(st.sampled_from(["step2", "transposed"])))),
+        Bad(arg, "misaligned", ValueError,
+            lambda a, p, d: a.tensor(shape(p, max(p["n"], 2)) if arg == "q" else shape(p), fp16,
+                                     d.draw(st.sampled_from(["offset", "padded"])))),
+        Bad(arg, "overlapping heads (expand)", ValueError, lambda a, p, d: a.tensor(shape(p), fp16, "expand")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta(shape(p), fp16)),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 3, [[0.0] * 4]]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(shape(p), fp16))),
+        Bad(arg, "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(shape(p), fp16))),
+        Bad(arg, "inference tensor", RuntimeError, lambda a, p, d: a.inference(shape(p), fp16)),
+    ]
+    if arg == "q":  # q's dtype picks the build
+        out.append(Bad(arg, "unsupported dtype", TypeError, lambda a, p, d: a.tensor(shape(p), d.draw(
+            st.sampled_from([torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64])))))
+    else:
+        out += [Bad(arg, "dtype unlike q's", TypeError, lambda a, p, d: a.tensor(shape(p), d.draw(
+                    st.sampled_from([bf16, fp32, torch.int16])))),
+                Bad(arg, "tokens differ", ValueError, lambda a, p, d: a.tensor(shape(p, p["n"] + 1), fp16))]
+    return out
+
+
+def _qk_weight_bad(arg: str) -> list[Bad]:
+    # q_weight's length picks the build: a length without one is refused naming it; a supported
+    # one other than q's head_dim names q (its heads), so k_weight carries the wrong-length kind.
+    lengths = [96, 32, 0] if arg == "q_weight" else [QK_DIM // 2, 2 * QK_DIM]
+    return [
+        Bad(arg, "length", ValueError, lambda a, p, d: a.tensor((d.draw(st.sampled_from(lengths)),), fp16)),
+        Bad(arg, "rank", ValueError, lambda a, p, d: a.tensor(d.draw(st.sampled_from([(1, QK_DIM), (2, QK_DIM)])), fp16)),
+        Bad(arg, "dtype", TypeError,
+            lambda a, p, d: a.tensor((QK_DIM,), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad(arg, "non-contiguous", ValueError, lambda a, p, d: a.tensor((QK_DIM,), fp16, "step2")),
+        Bad(arg, "misaligned start", ValueError, lambda a, p, d: a.tensor((QK_DIM,), fp16, "offset")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta((QK_DIM,), fp16)),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1.0] * QK_DIM, 1.0]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((QK_DIM,), fp16))),
+        Bad(arg, f"{SHARED}: bytes of k", ValueError,
+            lambda a, p, d: a.alias(p["args"]["k"], (QK_DIM,), fp16, d.draw(st.sampled_from([0, 8, 64])))),
+    ]
+
+
+QK_NORM_BAD = _qk_heads_bad("q") + _qk_heads_bad("k") + _qk_weight_bad("q_weight") + _qk_weight_bad("k_weight") + [
+    Bad("k", f"{SHARED}: bytes of q", ValueError,
+        lambda a, p, d: a.alias(p["args"]["q"], _qk_shape(p, 1, p["k_rank"]), fp16, d.draw(st.sampled_from([0, 8, 64])))),
+    Bad("eps", "negative or not finite", ValueError,
+        lambda a, p, d: d.draw(st.sampled_from([-1e-6, -1.0, float("nan"), float("inf"), 1e300]))),
+    Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-6", None, [1e-6], 1j]))),
+]
+
+
+@pytest.mark.parametrize("bad", QK_NORM_BAD, ids=bad_id)
+@invalid_settings(QK_NORM_BAD)
+@given(p=qk_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_qk_norm_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what in ("overlapping heads (expand)", "misaligned") or bad.what.startswith(SHARED):
+        p = dict(p, n=max(p["n"], 2), fused=False)  # rows to overlap or to misalign; own buffers to alias
+    args = qk_args(a, p)
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number", "negative bit"):
+        check_invalid(lambda: torch.ops.kernkit.qk_norm(args["q"], args["k"], args["q_weight"], args["k_weight"],
+                                                        args["eps"]), a, bad)
+    else:
+        check_invalid(lambda: ops.qk_norm(**args), a, bad)
+
+
+@VALID
+@given(p=qk_params())
+def test_qk_norm_valid_views_give_the_reference_bytes(p):
+    """q and k of 2 and 3 dimensions, on their own or sliced from one QKV tensor (whose v columns
+    must stay as they were), n == 0: every buffer matches the reference."""
+    a = Arena.seeded(p["seed"])
+    args = qk_args(a, p)
+    want = a.copies()
+    q, k = (_over(a, args[n], want) for n in ("q", "k"))
+    reference.qk_norm(q, k, args["q_weight"], args["k_weight"], p["eps"])
+    assert ops.qk_norm(**args) is None
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
 # ----- rmsnorm (rmsnorm and fused_add_rmsnorm)
 
 NORM_HIDDEN = 128  # fp16 x 128: one build (groups of 4 lanes); the bad dtypes never reach a build

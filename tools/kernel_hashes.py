@@ -514,6 +514,45 @@ def norm_cases() -> list[Case]:
     ]
 
 
+def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k_heads: int, *,
+                 k_2d: bool = False) -> Case:
+    """``qk_norm`` of q and k sliced from one fused QKV buffer (3-d q, 3-d or 2-d k); the whole
+    buffer is hashed, so v's columns must stay as they were."""
+    name = f"qk_norm/{_SHORT[dtype]}-d{head_dim}-t{tokens}-q{q_heads}k{k_heads}" + ("-k2d" if k_2d else "")
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        width = (q_heads + 2 * k_heads) * head_dim
+        qkv = norm_input(dtype, (tokens * (q_heads + 2 * k_heads), head_dim), gen).view(tokens, width)
+        wq, wk = (torch.randn(head_dim, generator=gen).to(dtype) for _ in range(2))
+
+        def views(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            k = b[:, q_heads * head_dim:(q_heads + k_heads) * head_dim]
+            return b[:, :q_heads * head_dim].view(tokens, q_heads, head_dim), (
+                k if k_2d else k.view(tokens, k_heads, head_dim))
+
+        ref, dev = qkv.clone(), to_device(qkv, device)
+        reference.qk_norm(*views(ref), wq, wk, 1e-6)
+        ops.qk_norm(*views(dev), to_device(wq, device), to_device(wk, device), 1e-6)
+        return {"qkv": (dev.cpu(), ref)}
+
+    return Case(name, "qk_norm", run)
+
+
+def qk_norm_cases() -> list[Case]:
+    """bf16 x 128 (8 lanes a head), fp16 x 64 (4 lanes), fp32 x 256 (16 lanes), bf16 x 1024 (a
+    warp of 4 vectors a lane)."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    return [
+        qk_norm_case(bf16, 128, 0, 8, 1),
+        qk_norm_case(bf16, 128, 1, 8, 1),
+        qk_norm_case(bf16, 128, 37, 16, 2, k_2d=True),
+        qk_norm_case(fp16, 64, 9, 4, 4),
+        qk_norm_case(fp32, 256, 5, 3, 1, k_2d=True),
+        qk_norm_case(bf16, 1024, 3, 2, 1),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # ----- silu_and_mul, gelu_and_mul (kernel file activation/act_and_mul.cuh)
 #
@@ -674,6 +713,7 @@ def cases() -> list[Case]:
     out.append(scale_case(fp16, 0, 1.7))
     out.extend(quant_cases())
     out.extend(norm_cases())  # rmsnorm, fused_add_rmsnorm
+    out.extend(qk_norm_cases())
     out.extend(act_cases())  # silu_and_mul, gelu_and_mul
     names = [c.name for c in out]
     if len(set(names)) != len(names):

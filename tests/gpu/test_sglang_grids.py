@@ -1,5 +1,5 @@
-"""The shapes of sglang's own jit_kernel tests (sglang 0.5.10.post1, ``tests/test_rmsnorm.py`` and
-``tests/test_rope.py``) with kernkit as the subject, against a float32 torch reference at
+"""The shapes of sglang's own jit_kernel tests (sglang 0.5.10.post1, ``tests/test_rmsnorm.py``,
+``tests/test_rope.py`` and ``tests/test_qknorm.py``) with kernkit as the subject, against a float32 torch reference at
 sglang's tolerances: what a user moving from sglang's kernels to kernkit's would run first. The
 grids are sglang's (its CI batch sizes, every hidden size it tests); sglang itself is not
 needed. Run with ``pytest -m gpu`` on a GPU machine."""
@@ -11,7 +11,7 @@ import itertools
 import pytest
 import torch
 
-from kernkit.ops import rmsnorm, rotary_embedding
+from kernkit.ops import qk_norm, rmsnorm, rotary_embedding
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -71,5 +71,25 @@ def test_rope_grid(tokens, heads, is_neox, dtype):
     positions = torch.randint(8192, (tokens,), device="cuda")
     want_q, want_k = rope_reference(q, k, cache, positions, is_neox)
     rotary_embedding(positions, q, k, cache, is_neox)
+    torch.testing.assert_close(q, want_q, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(k, want_k, atol=1e-2, rtol=1e-2)
+
+
+QK_BATCHES = [2**n for n in range(0, 14)]
+QK_BATCHES += [x + 1 + i for i, x in enumerate(QK_BATCHES)]
+
+
+@pytest.mark.parametrize("batch", QK_BATCHES)
+@pytest.mark.parametrize("n_k, n_q", [(2, 8), (2, 16), (4, 8), (4, 16)], ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128, 256, 512, 1024])
+def test_qknorm_grid(batch, n_k, n_q, head_dim):
+    """sglang's ``test_qknorm`` (its full grid, bf16): in place, against sglang's reference of two
+    rmsnorm calls (here the float32 formula) at its tolerance."""
+    q = torch.randn(batch, n_q, head_dim, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, n_k, head_dim, device="cuda", dtype=torch.bfloat16)
+    wq = torch.randn(head_dim, device="cuda", dtype=torch.bfloat16)
+    wk = torch.randn(head_dim, device="cuda", dtype=torch.bfloat16)
+    want_q, want_k = torch_rmsnorm(q, wq), torch_rmsnorm(k, wk)
+    qk_norm(q, k, wq, wk)
     torch.testing.assert_close(q, want_q, atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(k, want_k, atol=1e-2, rtol=1e-2)

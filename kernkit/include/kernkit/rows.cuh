@@ -2,9 +2,9 @@
 /// \brief Shared pieces of the row kernels: raw vector types of 1 to 16 bytes, the thread
 /// layout that covers one row, and the host-side validation of tensors of rows: "a tensor of
 /// rows" of the row-moving kernels (store_cache, indexing: 2-d `[rows, elems]` or 3-d
-/// `[rows, heads, head_dim]`, contiguous within a row, any row stride) and the `[..., n]`
+/// `[rows, heads, head_dim]`, contiguous within a row, any row stride), the `[..., n]`
 /// tensors of the per-row ops (norm, activation, quantization), whose leading dimensions
-/// flatten into rows.
+/// flatten into rows, and the q and k heads of rope and qk_norm (`verify_heads`).
 ///
 /// The kernels move bytes, never values: a row of `kRowBytes` bytes is copied as
 /// `kRowBytes / kVec` vectors of `kVec` bytes, so one specialization serves every dtype of the
@@ -288,6 +288,64 @@ inline void with_vec_width(uint64_t bits, Launch&& launch) {
       break;
   }
   launch(std::integral_constant<int32_t, 1>{});
+}
+
+/// \brief Where the heads of a `[tokens, heads, head_dim]` tensor lie: the first element, head
+/// count and strides in elements.
+struct HeadsView {
+  void* data;            ///< Element 0 of head 0 of token 0.
+  int64_t heads;         ///< Heads per token.
+  int64_t token_stride;  ///< Elements between tokens (0 when there is one token).
+  int64_t head_stride;   ///< Elements between heads (0 when there is one head).
+};
+
+/// \brief Verify a tensor of heads (q or k of rope and qk_norm): `[tokens, heads * head_dim]` or
+/// `[tokens, heads, head_dim]` of dtype `T`, `head_dim` contiguous, any token (and head) stride
+/// that keeps the heads apart.
+/// \param t The tensor.
+/// \param role Its name in messages.
+/// \param num_tokens Tokens, shared with the other tensors.
+/// \param head_dim Elements per head.
+/// \param device The device, shared with the other tensors.
+/// \return The view's layout.
+template <typename T>
+inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_tokens,
+                              int64_t head_dim, SymbolicDevice& device) {
+  const int64_t ndim = t.ndim();
+  KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
+      << "'" << role << "': expected a 2-d [tokens, heads * head_dim] or 3-d [tokens, heads, head_dim] tensor, got "
+      << ndim << "-d";
+  SymbolicSize token_stride{"token_stride"};
+  SymbolicSize head_stride{"head_stride"};
+  SymbolicSize heads{"heads"};
+  SymbolicSize dim{"head_dim"};
+  dim.set_value(head_dim);
+  int64_t num_heads = 0;
+  if (ndim == 2) {
+    TensorMatcher({num_tokens, -1}).with_strides({token_stride, 1}).with_device<kDLCUDA>(device).with_dtype<T>()
+        .verify(t, role);
+    const int64_t width = t.shape()[1];
+    KERNKIT_CHECK(width > 0 && width % head_dim == 0, ValueError)
+        << "'" << role << "': expected rows of heads * head_dim elements with head_dim " << head_dim << ", got rows of "
+        << width;
+    num_heads = width / head_dim;
+  } else {
+    TensorMatcher({num_tokens, heads, dim}).with_strides({token_stride, head_stride, 1}).with_device<kDLCUDA>(device)
+        .with_dtype<T>()
+        .verify(t, role);
+    num_heads = heads.unwrap();
+    KERNKIT_CHECK(num_heads > 0, ValueError) << "'" << role << "': expected at least one head, got shape "
+                                             << detail::format_list(t.shape());
+  }
+  const int64_t hs = ndim == 2 ? head_dim : (head_stride.has_value() ? head_stride.unwrap() : 0);
+  const int64_t ts = token_stride.has_value() ? token_stride.unwrap() : 0;
+  // Heads and tokens must not share elements: the kernel writes each of them.
+  const int64_t row_span = (num_heads - 1) * hs + head_dim;
+  KERNKIT_CHECK((num_heads == 1 || hs >= head_dim) && (num_tokens.unwrap() <= 1 || ts >= row_span), ValueError)
+      << "'" << role << "': its heads overlap in memory or run backwards (strides "
+      << detail::format_list(t.strides()) << " for heads of " << head_dim
+      << " elements), and the kernel writes them: pass " << role << ".contiguous()";
+  return HeadsView{data_ptr(t), num_heads, num_tokens.unwrap() <= 1 ? 0 : ts, num_heads == 1 ? 0 : hs};
 }
 
 /// \brief Blocks needed to give `n` rows a thread group each, checked to fit the grid.

@@ -38,15 +38,15 @@ namespace norm {
 /// through warp shuffles and shared memory.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row: a positive multiple of `16 / sizeof(T)`.
-template <typename T, int64_t kHidden>
+/// \tparam kTargetVecs Vectors a thread aims at: 4 for rmsnorm's rows; fewer spreads a short row
+/// over more lanes (qk_norm's heads).
+template <typename T, int64_t kHidden, int64_t kTargetVecs = 4>
 struct NormLayout {
   /// Elements per 16-byte vector.
   static constexpr int32_t kVecN = static_cast<int32_t>(16 / sizeof(T));
   static_assert(kHidden > 0 && kHidden % kVecN == 0, "rmsnorm: kHidden must be a positive multiple of 16 bytes");
   /// Vectors per row.
   static constexpr int64_t kVecs = kHidden / kVecN;
-  /// Vectors a thread aims at.
-  static constexpr int64_t kTargetVecs = 4;
   /// Threads that would hold `kTargetVecs` vectors each.
   static constexpr int64_t kWanted = (kVecs + kTargetVecs - 1) / kTargetVecs;
   /// Threads per row: a power of two up to 32, else a multiple of 32 up to 1024.
@@ -145,22 +145,87 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
   return __frsqrt_rn(__fmaf_rn(sum_sq, kInvHidden, eps));
 }
 
-}  // namespace norm
-}  // namespace device
-
-/// \brief `out[r] = x[r] * inv_rms(x[r]) * weight`, per row, in fp32, rounded once to `T`.
+/// \brief Normalize one row with its thread group, the body of `rmsnorm_kernel` (and of
+/// `qk_norm_kernel`): `dst = src * inv_rms(src) * weight` in fp32, rounded once to `T`.
 ///
 /// The sum of squares: each thread accumulates, for each position `k` of its 16-byte vectors,
 /// the squares at `k` of its vectors in order, each by one fused multiply-add, then sums those
 /// `kVecN` partial sums by a fixed tree (`tree_sum`); every step is IEEE-rounded, so that torch
 /// can reproduce it (`tests/reference.py`). Then the row's threads combine their sums
 /// (`row_sum`), and `inv_rms` gives the factor. The product is `(x * inv_rms) * weight`, the
-/// order flashinfer's RMSNorm uses.
+/// order flashinfer's RMSNorm uses. Every thread of the block calls it (block-wide rows
+/// synchronize); `active` false for a group past the last row, which reads and writes nothing.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
-/// \param out Row 0 of the output: `x` itself (in place; so neither is `__restrict__`), or
-/// memory `x` does not share.
+/// \tparam kTargetVecs The layout's vectors per thread (`NormLayout`).
+/// \param dst The row written: `src` itself (in place; so neither is `__restrict__`), or memory
+/// `src` does not share.
+/// \param src The row read.
+/// \param weight `kHidden` elements.
+/// \param active Whether the group has a row.
+/// \param lane The thread's index in its row's group.
+/// \param eps Added to the mean of squares.
+/// \param smem Shared memory for 32 floats.
+template <typename T, int64_t kHidden, bool kUsePDL, int64_t kTargetVecs = 4>
+KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weight, bool active, int32_t lane,
+                                float eps, float* smem) {
+  using Layout = NormLayout<T, kHidden, kTargetVecs>;
+  using vec_t = AlignedVector<T, Layout::kVecN>;
+  // `src` may be what the previous kernel wrote: wait before the first load.
+  PDLWaitPrimary<kUsePDL>();
+
+  // The weight is loaded with the row and held across the reduction: loaded after it, it
+  // would cost a memory round trip per call (benchmark/results/tuning-h200-2026-12-02.md).
+  vec_t v[Layout::kPerThread];
+  vec_t w[Layout::kPerThread];
+  float acc[Layout::kVecN] = {};
+  if (active) {
+    load_vecs<Layout>(v, src, lane);
+    load_vecs<Layout>(w, weight, lane);
+  }
+  // The loads are issued: the next kernel may start launching now (its own wait still covers
+  // this kernel's stores), which hides its launch behind this kernel's memory round trip.
+  PDLTriggerSecondary<kUsePDL>();
+  if (active) {
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          add_square(acc[k], element_fp32(v[i], k), i);
+        }
+      }
+    }
+  }
+  const float sum_sq = tree_sum(acc);
+  const float r = inv_rms<kHidden>(row_sum<Layout>(sum_sq, smem), eps);
+
+  if (active) {
+    KERNKIT_UNROLL
+    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
+      const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
+      if (Layout::kExact || j < Layout::kVecs) {
+        vec_t y;
+        KERNKIT_UNROLL
+        for (int32_t k = 0; k < Layout::kVecN; ++k) {
+          const float xr = __fmul_rn(element_fp32(v[i], k), r);
+          y[k] = cast<T>(__fmul_rn(xr, element_fp32(w[i], k)));
+        }
+        y.store(dst, j);
+      }
+    }
+  }
+}
+
+}  // namespace norm
+}  // namespace device
+
+/// \brief `out[r] = x[r] * inv_rms(x[r]) * weight`, per row (`device::norm::rmsnorm_row`).
+/// \tparam T Element type: fp16_t, bf16_t or fp32_t.
+/// \tparam kHidden Elements per row.
+/// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \param out Row 0 of the output: `x` itself (in place), or memory `x` does not share.
 /// \param x Row 0 of the input.
 /// \param weight `kHidden` elements.
 /// \param out_stride Elements between output rows.
@@ -172,59 +237,14 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
     rmsnorm_kernel(T* out, const T* x, const T* __restrict__ weight, int64_t out_stride,
                    int64_t x_stride, int64_t num_rows, float eps) {
   using Layout = device::norm::NormLayout<T, kHidden>;
-  using vec_t = device::AlignedVector<T, Layout::kVecN>;
   __shared__ float smem[32];
   const int32_t lane = static_cast<int32_t>(threadIdx.x) % Layout::kThreadsPerRow;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * Layout::kRowsPerBlock + threadIdx.x / Layout::kThreadsPerRow;
   // A group past the last row still takes part in the shuffles of its warp; it reads nothing.
   const bool active = row < num_rows;
-  const T* src = x + (active ? row : 0) * x_stride;
-
-  // `x` may be what the previous kernel wrote: wait before the first load.
-  device::PDLWaitPrimary<kUsePDL>();
-
-  // The weight is loaded with the row and held across the reduction: loaded after it, it
-  // would cost a memory round trip per call (benchmark/results/tuning-h200-2026-12-02.md).
-  vec_t v[Layout::kPerThread];
-  vec_t w[Layout::kPerThread];
-  float acc[Layout::kVecN] = {};
-  if (active) {
-    device::norm::load_vecs<Layout>(v, src, lane);
-    device::norm::load_vecs<Layout>(w, weight, lane);
-  }
-  // The loads are issued: the next kernel may start launching now (its own wait still covers
-  // this kernel's stores), which hides its launch behind this kernel's memory round trip.
-  device::PDLTriggerSecondary<kUsePDL>();
-  if (active) {
-    KERNKIT_UNROLL
-    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
-      if (Layout::kExact || lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow < Layout::kVecs) {
-        KERNKIT_UNROLL
-        for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          device::norm::add_square(acc[k], device::element_fp32(v[i], k), i);
-        }
-      }
-    }
-  }
-  const float sum_sq = device::norm::tree_sum(acc);
-  const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
-
-  if (active) {
-    T* dst = out + row * out_stride;
-    KERNKIT_UNROLL
-    for (int32_t i = 0; i < Layout::kPerThread; ++i) {
-      const int64_t j = lane + static_cast<int64_t>(i) * Layout::kThreadsPerRow;
-      if (Layout::kExact || j < Layout::kVecs) {
-        vec_t y;
-        KERNKIT_UNROLL
-        for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float xr = __fmul_rn(device::element_fp32(v[i], k), r);
-          y[k] = device::cast<T>(__fmul_rn(xr, device::element_fp32(w[i], k)));
-        }
-        y.store(dst, j);
-      }
-    }
-  }
+  const int64_t r = active ? row : 0;
+  device::norm::rmsnorm_row<T, kHidden, kUsePDL>(out + r * out_stride, x + r * x_stride, weight, active, lane, eps,
+                                                  smem);
 }
 
 /// \brief In place, per row: `residual = x + residual` (the fp32 sum rounded to `T`), then
@@ -259,7 +279,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   device::PDLWaitPrimary<kUsePDL>();
 
   float s[Layout::kPerThread][Layout::kVecN];
-  vec_t w[Layout::kPerThread];  // as in rmsnorm_kernel
+  vec_t w[Layout::kPerThread];  // as in rmsnorm_row
   float acc[Layout::kVecN] = {};
   vec_t a[Layout::kPerThread];
   vec_t b[Layout::kPerThread];
@@ -268,7 +288,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
     device::norm::load_vecs<Layout>(b, rr, lane);
     device::norm::load_vecs<Layout>(w, weight, lane);
   }
-  device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_kernel
+  device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_row
   if (active) {
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
@@ -327,17 +347,18 @@ inline rows::FlatRows verify_norm_rows(const tvm::ffi::TensorView& t, const char
   return r;
 }
 
-/// \brief Verify `weight`: `[kHidden]`, contiguous, of `T`, 16-byte aligned; returns its device.
+/// \brief Verify a weight: `[kHidden]`, contiguous, of `T`, 16-byte aligned; returns its device.
 /// \tparam T Element type.
 /// \tparam kHidden Elements per row.
 /// \param weight The tensor.
+/// \param role Its argument name.
 /// \return Its device.
 template <typename T, int64_t kHidden>
-inline DLDevice verify_weight(const tvm::ffi::TensorView& weight) {
+inline DLDevice verify_weight(const tvm::ffi::TensorView& weight, const char* role = "weight") {
   SymbolicDevice device;
-  TensorMatcher({kHidden}).with_device<kDLCUDA>(device).with_dtype<T>().verify(weight, "weight");
+  TensorMatcher({kHidden}).with_device<kDLCUDA>(device).with_dtype<T>().verify(weight, role);
   KERNKIT_CHECK(reinterpret_cast<uintptr_t>(data_ptr<const T>(weight)) % 16 == 0, ValueError)
-      << "'weight': must start on a 16-byte boundary (the kernel moves 16-byte vectors)";
+      << "'" << role << "': must start on a 16-byte boundary (the kernel moves 16-byte vectors)";
   return device.unwrap();
 }
 

@@ -3,10 +3,10 @@
 /// k (Qwen3's q/k norm before rope), each with its own weight, in one launch.
 ///
 /// Each head is a row of `rmsnorm_kernel`'s arithmetic (`device::norm::rmsnorm_row`), with a
-/// thread on at most 2 vectors of a head (`kQKTargetVecs`) where rmsnorm's rows take 4: a head is
-/// short, and spread over more lanes its loads and sums finish sooner (at 1 to 16 tokens of
-/// 128-element heads, 0.1 to 0.2 us a call on an H200; benchmark/results/). The rows are the
-/// heads of q then of k, token by token; q and k may be strided views of one fused QKV tensor.
+/// thread on 2 vectors of a head (`qk_target_vecs`) where rmsnorm's rows take 4: a head is short,
+/// and spread over more lanes its loads and sums finish sooner (0.1 to 0.25 us a call at 1 to 64
+/// tokens of 128-element heads on an H200: benchmark/results/qknorm-h200-2026-12-04.md). The rows
+/// are the heads of q then of k, token by token; q and k may be strided views of one QKV tensor.
 #pragma once
 
 #include <kernkit/rows.cuh>  // rows::verify_heads, rows::grid_blocks
@@ -29,12 +29,14 @@ namespace norm {
 /// \brief Vectors a thread of `qk_norm_kernel` aims at: 2, or as many as keep a head inside one
 /// warp (4 for 1024 halves), since a block-wide row would cost a barrier per head.
 template <typename T, int64_t kHeadDim>
-inline constexpr int64_t kQKTargetVecs =
-    (kHeadDim / (16 / static_cast<int64_t>(sizeof(T))) + 31) / 32 > 2 ? (kHeadDim / (16 / static_cast<int64_t>(sizeof(T))) + 31) / 32 : 2;
+constexpr int64_t qk_target_vecs() {
+  const int64_t per_lane = (kHeadDim / (16 / static_cast<int64_t>(sizeof(T))) + 31) / 32;  // a warp a head
+  return per_lane > 2 ? per_lane : 2;
+}
 
 /// \brief The thread layout of `qk_norm_kernel`.
 template <typename T, int64_t kHeadDim>
-using QKLayout = NormLayout<T, kHeadDim, kQKTargetVecs<T, kHeadDim>>;
+using QKLayout = NormLayout<T, kHeadDim, qk_target_vecs<T, kHeadDim>()>;
 
 }  // namespace norm
 }  // namespace device
@@ -69,15 +71,15 @@ __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThr
   const uint32_t row = blockIdx.x * static_cast<uint32_t>(Layout::kRowsPerBlock) +
                        threadIdx.x / static_cast<uint32_t>(Layout::kThreadsPerRow);
   const bool active = row < p.num_rows;
-  // 32-bit division: the launcher keeps the rows below 2^32.
+  // 32-bit division: the launcher keeps the rows below 2^31.
   const uint32_t token = active ? row / p.heads : 0;
   const uint32_t head = active ? row - token * p.heads : 0;
   const bool is_q = head < p.q_heads;
   T* x = is_q ? static_cast<T*>(p.q) + token * p.q_token_stride + head * p.q_head_stride
               : static_cast<T*>(p.k) + token * p.k_token_stride + (head - p.q_heads) * p.k_head_stride;
   const T* weight = static_cast<const T*>(is_q ? p.q_weight : p.k_weight);
-  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, device::norm::kQKTargetVecs<T, kHeadDim>>(x, x, weight, active,
-                                                                                           lane, p.eps, smem);
+  constexpr int64_t kTarget = device::norm::qk_target_vecs<T, kHeadDim>();
+  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, kTarget>(x, x, weight, active, lane, p.eps, smem);
 }
 
 namespace host {
@@ -139,7 +141,7 @@ void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorVie
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;
   const int64_t heads = qh.heads + kh.heads;
-  KERNKIT_CHECK(n <= int64_t{0xffffffff} / heads, ValueError)
+  KERNKIT_CHECK(n <= int64_t{0x7fffffff} / heads, ValueError)
       << "'q': too many heads for one launch: " << n << " tokens of " << heads << " heads";
   const QKNormParams params{qh.data, kh.data, data_ptr<const void>(q_weight), data_ptr<const void>(k_weight),
                             qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,

@@ -85,12 +85,11 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 @dataclass
 class Arena:
     """Makes tensors as views of random byte buffers with guard bytes; remembers each buffer's
-    bytes so that ``unchanged()`` can compare them, and each view so that ``twin()`` can make the
-    same view over a copy."""
+    bytes so that ``unchanged()`` can compare them and ``twin()`` can make a view of one over its
+    copy."""
 
     gen: torch.Generator
     bufs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    views: dict[int, tuple[int, torch.dtype, tuple, tuple, int]] = field(default_factory=dict)
 
     @classmethod
     def seeded(cls, seed: int) -> "Arena":
@@ -129,7 +128,6 @@ class Arena:
         buf = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=self.gen)
         self.bufs.append((buf, buf.clone()))
         t = buf.view(dtype).as_strided(shape, strides, GUARD // elem + offset)
-        self.views[id(t)] = (len(self.bufs) - 1, dtype, shape, strides, GUARD // elem + offset)
         return t
 
     def unchanged(self) -> bool:
@@ -140,11 +138,13 @@ class Arena:
         return [copy.clone() for _, copy in self.bufs]
 
     def twin(self, t, copies: list[torch.Tensor]):
-        """``t`` rebuilt over ``copies`` (anything that is not an arena tensor is returned as is)."""
-        if id(t) not in self.views:
+        """``t`` rebuilt over ``copies`` when it views an arena buffer (made here, or sliced from
+        such a view); anything else is returned as is."""
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
             return t
-        i, dtype, shape, strides, offset = self.views[id(t)]
-        return copies[i].view(dtype).as_strided(shape, strides, offset)
+        ptr = t.untyped_storage().data_ptr()
+        i = next((i for i, (b, _) in enumerate(self.bufs) if b.untyped_storage().data_ptr() == ptr), None)
+        return t if i is None else copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
     def same_as(self, copies: list[torch.Tensor]) -> bool:
         return all(torch.equal(buf, c) for (buf, _), c in zip(self.bufs, copies))
@@ -802,7 +802,7 @@ def rope_params(draw):
     )
 
 
-def _rope_shape(p: dict, heads: int, rank: int, n: int | None = None) -> tuple[int, ...]:
+def _heads_shape(p: dict, heads: int, rank: int, n: int | None = None) -> tuple[int, ...]:
     n = p["n"] if n is None else n
     return (n, heads * p["head_dim"]) if rank == 2 else (n, heads, p["head_dim"])
 
@@ -819,7 +819,7 @@ def rope_args(a: Arena, p: dict) -> dict:
     out = {}
     for name, heads, rank, layout in (("q", p["q_heads"], p["q_rank"], p["q_layout"]),
                                       ("k", p["k_heads"], p["k_rank"], p["k_layout"])):
-        shape = _rope_shape(p, heads, rank)
+        shape = _heads_shape(p, heads, rank)
         out[name] = _filled(a, a.tensor(shape, dt, layout), torch.randn(shape, generator=a.gen).to(dt))
     values = torch.randint(0, mp, (n,), generator=a.gen).tolist()
     bad = [-1, mp, 2**31 - 1, -(2**31)] + ([2**32 + 1, -(2**32), 2**40] if p["pos_dtype"] == i64 else [])
@@ -837,17 +837,18 @@ def _rope_other_float(p: dict) -> torch.dtype:
     return fp16 if p["dtype"] != fp16 else bf16
 
 
-def _rope_heads_bad(arg: str) -> list[Bad]:
+def _heads_bad(arg: str) -> list[Bad]:
+    """The bad q or k views of rope and qk_norm, which ``rows::verify_heads`` and the op's dtype
+    check refuse; ``p`` holds ``n``, ``dtype``, ``head_dim`` and the argument's heads and rank."""
     heads, rank = f"{arg}_heads", f"{arg}_rank"
 
     def shape(p, n=None):
-        return _rope_shape(p, p[heads], p[rank], n)
+        return _heads_shape(p, p[heads], p[rank], n)
 
     out = [
         Bad(arg, "rank", ValueError,
             lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"] * p["head_dim"],), (p["n"], 1, 2, p["head_dim"]),
                                                              ()])), p["dtype"])),
-        Bad(arg, "tokens differ", ValueError, lambda a, p, d: a.tensor(shape(p, p["n"] + 1), p["dtype"])),
         Bad(arg, "row not whole heads", ValueError,
             lambda a, p, d: a.tensor((p["n"], p[heads] * p["head_dim"] + d.draw(st.sampled_from([2, -2]))),
                                      p["dtype"])),
@@ -857,7 +858,7 @@ def _rope_heads_bad(arg: str) -> list[Bad]:
         Bad(arg, "no heads", ValueError,
             lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 0), (p["n"], 0, p["head_dim"])])), p["dtype"])),
         Bad(arg, "non-contiguous head_dim", ValueError,  # transposed: heads and head_dim swapped, 2 heads or more
-            lambda a, p, d: a.tensor(_rope_shape(p, max(p[heads], 2), p[rank]), p["dtype"],
+            lambda a, p, d: a.tensor(_heads_shape(p, max(p[heads], 2), p[rank]), p["dtype"],
                                      d.draw(st.sampled_from(["step2", "transposed"])))),
         Bad(arg, "overlapping heads (expand)", ValueError,
             lambda a, p, d: a.tensor(shape(p), p["dtype"], "expand")),
@@ -871,14 +872,18 @@ def _rope_heads_bad(arg: str) -> list[Bad]:
         out.append(Bad(arg, "unsupported dtype", TypeError,
                        lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
                            [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64])))))
-    else:
-        out.append(Bad(arg, "dtype unlike q's", TypeError,
-                       lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
-                           [_rope_other_float(p), torch.int32, torch.float64])))))
+    else:  # q binds the tokens and the dtype first
+        out += [Bad(arg, "dtype unlike q's", TypeError,
+                    lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
+                        [_rope_other_float(p), torch.int32, torch.float64])))),
+                Bad(arg, "tokens differ", ValueError, lambda a, p, d: a.tensor(shape(p, p["n"] + 1), p["dtype"]))]
     return out
 
 
-ROPE_BAD = _rope_heads_bad("q") + _rope_heads_bad("k") + [
+ROPE_BAD = _heads_bad("q") + _heads_bad("k") + [
+    # positions bind the tokens before q
+    Bad("q", "tokens differ", ValueError,
+        lambda a, p, d: a.tensor(_heads_shape(p, p["q_heads"], p["q_rank"], p["n"] + 1), p["dtype"])),
     Bad("positions", "dtype", TypeError,
         lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
     Bad("positions", "rank", ValueError,
@@ -910,10 +915,10 @@ ROPE_BAD = _rope_heads_bad("q") + _rope_heads_bad("k") + [
     Bad("head_dim", "not an int", TypeError, lambda a, p, d: d.draw(st.sampled_from(["64", 64.0, 2**64]))),
     Bad("is_neox", "not a bool", TypeError, lambda a, p, d: d.draw(st.sampled_from(["yes", None, 2.5]))),
     Bad("k", f"{SHARED}: bytes of q", ValueError,
-        lambda a, p, d: a.alias(p["args"]["q"], _rope_shape(p, 1, p["k_rank"]), p["dtype"],
+        lambda a, p, d: a.alias(p["args"]["q"], _heads_shape(p, 1, p["k_rank"]), p["dtype"],
                                 d.draw(st.sampled_from([0, 1, -1, 8])))),
     Bad("q", f"{SHARED}: bytes of the cache", ValueError,
-        lambda a, p, d: a.alias(p["args"]["cos_sin_cache"], _rope_shape(p, 1, p["q_rank"]), p["dtype"])),
+        lambda a, p, d: a.alias(p["args"]["cos_sin_cache"], _heads_shape(p, 1, p["q_rank"]), p["dtype"])),
     Bad("positions", f"{SHARED}: bytes of k", ValueError,
         lambda a, p, d: a.alias(p["args"]["k"], (p["n"],), p["pos_dtype"])),
 ]
@@ -964,6 +969,7 @@ QK_DIM = 64  # fp16 x 64: one build; the bad dtypes and head sizes never reach a
 @st.composite
 def qk_params(draw):
     return dict(
+        dtype=fp16, head_dim=QK_DIM,
         n=draw(st.sampled_from([0, 1, 3, 9])),
         q_heads=draw(st.sampled_from([1, 2, 3])),
         k_heads=draw(st.sampled_from([1, 2])),
@@ -975,13 +981,8 @@ def qk_params(draw):
     )
 
 
-def _qk_shape(p: dict, heads: int, rank: int, n: int | None = None) -> tuple[int, ...]:
-    n = p["n"] if n is None else n
-    return (n, heads * QK_DIM) if rank == 2 else (n, heads, QK_DIM)
-
-
 def _qk_heads(a: Arena, p: dict, heads: int, rank: int) -> torch.Tensor:
-    t = a.tensor(_qk_shape(p, heads, rank), fp16)
+    t = a.tensor(_heads_shape(p, heads, rank), fp16)
     return _filled(a, t, torch.randn(t.shape, generator=a.gen).to(fp16))
 
 
@@ -999,48 +1000,13 @@ def qk_args(a: Arena, p: dict) -> dict:
     return dict(q=q, k=k, q_weight=weights[0], k_weight=weights[1], eps=p["eps"])
 
 
-def _over(a: Arena, t: torch.Tensor, copies: list[torch.Tensor]) -> torch.Tensor:
-    """The view ``t`` (of an arena buffer, sliced or not) over that buffer's copy."""
-    i = next(i for i, (b, _) in enumerate(a.bufs) if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
-    return copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-
-
 def _qk_heads_bad(arg: str) -> list[Bad]:
-    heads, rank = f"{arg}_heads", f"{arg}_rank"
-
-    def shape(p, n=None):
-        return _qk_shape(p, p[heads], p[rank], n)
-
-    out = [
-        Bad(arg, "rank", ValueError,
-            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"] * QK_DIM,), (p["n"], 1, 2, QK_DIM), ()])), fp16)),
-        Bad(arg, "row not whole heads", ValueError,
-            lambda a, p, d: a.tensor((p["n"], p[heads] * QK_DIM + d.draw(st.sampled_from([8, -8]))), fp16)),
-        Bad(arg, "head_dim differs (3-d)", ValueError,
-            lambda a, p, d: a.tensor((p["n"], p[heads], d.draw(st.sampled_from([32, 128]))), fp16)),
-        Bad(arg, "no heads", ValueError,
-            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 0), (p["n"], 0, QK_DIM)])), fp16)),
-        Bad(arg, "non-contiguous head_dim", ValueError,
-            lambda a, p, d: a.tensor(_qk_shape(p, max(p[heads], 2), p[rank]), fp16,
-                                     d.draw(st.sampled_from(["step2", "transposed"])))),
+    """``_heads_bad``, and the 16-byte alignment qk_norm's vectors need (rope takes any)."""
+    return _heads_bad(arg) + [
         Bad(arg, "misaligned", ValueError,
-            lambda a, p, d: a.tensor(shape(p, max(p["n"], 2)) if arg == "q" else shape(p), fp16,
-                                     d.draw(st.sampled_from(["offset", "padded"])))),
-        Bad(arg, "overlapping heads (expand)", ValueError, lambda a, p, d: a.tensor(shape(p), fp16, "expand")),
-        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta(shape(p), fp16)),
-        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 3, [[0.0] * 4]]))),
-        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(shape(p), fp16))),
-        Bad(arg, "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(shape(p), fp16))),
-        Bad(arg, "inference tensor", RuntimeError, lambda a, p, d: a.inference(shape(p), fp16)),
+            lambda a, p, d: a.tensor(_heads_shape(p, p[f"{arg}_heads"], p[f"{arg}_rank"], max(p["n"], 2) if arg == "q"
+                                                  else None), fp16, d.draw(st.sampled_from(["offset", "padded"])))),
     ]
-    if arg == "q":  # q's dtype picks the build
-        out.append(Bad(arg, "unsupported dtype", TypeError, lambda a, p, d: a.tensor(shape(p), d.draw(
-            st.sampled_from([torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64])))))
-    else:
-        out += [Bad(arg, "dtype unlike q's", TypeError, lambda a, p, d: a.tensor(shape(p), d.draw(
-                    st.sampled_from([bf16, fp32, torch.int16])))),
-                Bad(arg, "tokens differ", ValueError, lambda a, p, d: a.tensor(shape(p, p["n"] + 1), fp16))]
-    return out
 
 
 def _qk_weight_bad(arg: str) -> list[Bad]:
@@ -1049,7 +1015,8 @@ def _qk_weight_bad(arg: str) -> list[Bad]:
     lengths = [96, 32, 0] if arg == "q_weight" else [QK_DIM // 2, 2 * QK_DIM]
     return [
         Bad(arg, "length", ValueError, lambda a, p, d: a.tensor((d.draw(st.sampled_from(lengths)),), fp16)),
-        Bad(arg, "rank", ValueError, lambda a, p, d: a.tensor(d.draw(st.sampled_from([(1, QK_DIM), (2, QK_DIM)])), fp16)),
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(1, QK_DIM), (2, QK_DIM)])), fp16)),
         Bad(arg, "dtype", TypeError,
             lambda a, p, d: a.tensor((QK_DIM,), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
         Bad(arg, "non-contiguous", ValueError, lambda a, p, d: a.tensor((QK_DIM,), fp16, "step2")),
@@ -1064,7 +1031,8 @@ def _qk_weight_bad(arg: str) -> list[Bad]:
 
 QK_NORM_BAD = _qk_heads_bad("q") + _qk_heads_bad("k") + _qk_weight_bad("q_weight") + _qk_weight_bad("k_weight") + [
     Bad("k", f"{SHARED}: bytes of q", ValueError,
-        lambda a, p, d: a.alias(p["args"]["q"], _qk_shape(p, 1, p["k_rank"]), fp16, d.draw(st.sampled_from([0, 8, 64])))),
+        lambda a, p, d: a.alias(p["args"]["q"], _heads_shape(p, 1, p["k_rank"]), fp16,
+                                d.draw(st.sampled_from([0, 8, 64])))),
     Bad("eps", "negative or not finite", ValueError,
         lambda a, p, d: d.draw(st.sampled_from([-1e-6, -1.0, float("nan"), float("inf"), 1e300]))),
     Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-6", None, [1e-6], 1j]))),
@@ -1095,7 +1063,7 @@ def test_qk_norm_valid_views_give_the_reference_bytes(p):
     a = Arena.seeded(p["seed"])
     args = qk_args(a, p)
     want = a.copies()
-    q, k = (_over(a, args[n], want) for n in ("q", "k"))
+    q, k = a.twin(args["q"], want), a.twin(args["k"], want)
     reference.qk_norm(q, k, args["q_weight"], args["k_weight"], p["eps"])
     assert ops.qk_norm(**args) is None
     assert a.same_as(want)
@@ -1262,17 +1230,6 @@ def test_fused_add_rmsnorm_rejects_invalid_calls(bad, p, via, d):
     _norm_invalid(bad, p, via, d, True)
 
 
-def _norm_twin(a: Arena, t: torch.Tensor | None, copies: list[torch.Tensor]) -> torch.Tensor | None:
-    """``t`` over ``copies``: an arena tensor, or the ``[..., :NORM_HIDDEN]`` slice of one."""
-    if t is None:
-        return None
-    base = a.twin(t, copies)
-    if base is not t:
-        return base
-    i = next(i for i, (b, _) in enumerate(a.bufs) if b.untyped_storage().data_ptr() == t.untyped_storage().data_ptr())
-    return copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
-
-
 @VALID
 @given(p=norm_params(), fused=st.booleans())
 def test_norm_valid_views_give_the_reference_bytes(p, fused):
@@ -1282,7 +1239,7 @@ def test_norm_valid_views_give_the_reference_bytes(p, fused):
     a = Arena.seeded(p["seed"])
     args = norm_args(a, p, fused)
     want = a.copies()
-    tw = {k: _norm_twin(a, v, want) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    tw = {k: a.twin(v, want) for k, v in args.items()}
     if fused:
         reference.fused_add_rmsnorm(tw["x"], tw["residual"], tw["weight"], p["eps"])
         assert ops.fused_add_rmsnorm(**args) is None

@@ -1,8 +1,8 @@
 """kernkit beside sglang's own JIT kernels (``sglang.jit_kernel``) and torch.compile, over the
-grids of sglang's ``bench_norm.py``, ``bench_rope.py`` and ``bench_qknorm.py``, plus the eager
-host cost per call of the ops both have.
+grids of sglang's ``bench_norm.py``, ``bench_rope.py``, ``bench_qknorm.py`` and
+``bench_per_token_group_quant_8bit.py``, plus the eager host cost per call of the ops both have.
 
-    python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,qknorm,host] [--no-compile]
+    python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,qknorm,ropestore,groupquant,host] [--no-compile]
 
 - rmsnorm: in place (``out=x``, as sglang's benchmark calls it), bf16, hidden 1024-8192 (and
   1536, 16384) x 1 to 8192 tokens.
@@ -13,6 +13,15 @@ host cost per call of the ops both have.
 - qknorm: ``qk_norm`` against sglang's ``fused_inplace_qknorm``: bf16 q ``[tokens, kv_heads *
   gqa, head_dim]`` and k ``[tokens, kv_heads, head_dim]``, head_dim 128 to 1024, gqa 4 and 8,
   kv_heads 1 to 8, 1 to 8192 tokens.
+- ropestore: ``rotary_embedding_store`` against sglang's ``apply_rope_inplace_with_kvcache``,
+  and each library's rope then store as two calls in one graph: bf16 q/k/v ``[tokens, heads,
+  128]``, (q, kv) heads (8, 1), (16, 2), (32, 8), neox and gpt-j, 1 to 32768 tokens, caches of
+  2**20 rows written at distinct random rows (sglang's ``bench_rope.py`` store grid).
+- groupquant: ``per_token_group_quant_fp8`` against sglang's ``per_token_group_quant_8bit``
+  (sglang's scales allocated in the same layouts): bf16 x of 1 to 16384 tokens of hidden 1536,
+  7168 and 16384, group size 128, row-major, column-major (TMA-aligned) and packed UE8M0 scales
+  (the GEMM grid of sglang's benchmark), with the bytes moved and kernkit's % of the copy
+  bandwidth.
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
   in place, and into ``out`` under inference mode), fused_add_rmsnorm (and under inference
   mode), store_cache and rope, plus each library's
@@ -48,7 +57,15 @@ NORM_TOKENS = [2**n for n in range(14)]
 ROPE_HEADS = [(8, 1), (16, 2), (32, 8), (64, 8)]
 ROPE_TOKENS = [2**n for n in range(16)]
 ROPE_MAX_POS = 131072
+ROPE_STORE_POOL = 1024 * 1024
 QKNORM_HEAD_DIMS = [128, 256, 512, 1024]
+GROUP_QUANT_TOKENS = [1, 4, 16, 64, 256, 768, 2048, 8192, 16384]
+GROUP_QUANT_HIDDENS = [1536, 7168, 16384]
+GROUP_QUANT_SIZE = 128
+GROUP_QUANT_EPS = 1e-10
+#: (column_major_scales, scale_ue8m0) of sglang's GEMM flag sets: row-major, column-major
+#: TMA-aligned, and that with packed UE8M0 scales.
+GROUP_QUANT_FLAGS = {"row-major": (False, False), "column-major": (True, False), "ue8m0": (True, True)}
 QKNORM_GQA = [4, 8]
 QKNORM_KV_HEADS = [1, 2, 4, 8]
 QKNORM_TOKENS = [2**n for n in range(14)]
@@ -57,17 +74,18 @@ _LIBRARIES: list = []
 
 
 def load_sglang():
-    """sglang's jit_kernel modules (norm, rope, kvcache), or None when they cannot be imported."""
+    """sglang's jit_kernel modules (norm, rope, kvcache, quant), or None when they cannot be imported."""
     try:
         import sglang.utils  # noqa: F401
     except ImportError:
         _stand_ins()
     try:
         from sglang.jit_kernel import kvcache, norm, rope
+        from sglang.jit_kernel import per_token_group_quant_8bit as quant
     except ImportError as e:
         print(f"sglang's jit_kernel is not importable ({e}); timing kernkit and torch only", file=sys.stderr)
         return None
-    return types.SimpleNamespace(norm=norm, rope=rope, kvcache=kvcache)
+    return types.SimpleNamespace(norm=norm, rope=rope, kvcache=kvcache, quant=quant)
 
 
 def _stand_ins() -> None:
@@ -210,6 +228,129 @@ def bench_rope(sgl, compile_: bool) -> list[str]:
                                     "kernkit / sglang"], rows), ""]
 
 
+def torch_rope_store(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox: bool) -> None:
+    torch_rope(positions, q, k, cache, is_neox)
+    k_cache[out_loc] = k.flatten(1)
+    v_cache[out_loc] = v.flatten(1)
+
+
+def bench_rope_store(sgl, compile_: bool) -> list[str]:
+    """``rotary_embedding_store`` against sglang's ``apply_rope_inplace_with_kvcache``, and each
+    library's rope and store as two calls in one graph, over sglang's bench_rope.py store grid:
+    caches of ROPE_STORE_POOL rows, distinct random cache rows."""
+    cache, rows, bw = rope_cache(), [], common.copy_bandwidth_tbs()
+    compiled = torch.compile(torch_rope_store, dynamic=False) if compile_ else None
+    names = ("kernkit", "kernkit rope + store", "sglang", "sglang rope + store", "torch.compile")
+    for hq, hk in ROPE_HEADS[:3]:
+        kc = torch.zeros(ROPE_STORE_POOL, hk * 128, device="cuda", dtype=torch.bfloat16)
+        vc = torch.zeros_like(kc)
+        for is_neox in (True, False):
+            for tokens in ROPE_TOKENS:
+                # q and k read and written, v read, k and v written to the caches, positions and
+                # cache rows read, a cos/sin row of fp32 read per token.
+                moved = 2 * tokens * (hq + hk) * 128 * 2 + 3 * tokens * hk * 128 * 2 + tokens * (16 + 512)
+                calls = common.calls_for(moved, max_calls=400)
+                qs = torch.randn(calls, tokens, hq, 128, device="cuda", dtype=torch.bfloat16)
+                ks = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
+                vs = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
+                ps = torch.randint(ROPE_MAX_POS, (calls, tokens), device="cuda", dtype=torch.int64)
+                ls = torch.stack([torch.randperm(ROPE_STORE_POOL, device="cuda")[:tokens] for _ in range(calls)])
+
+                def pair(c):
+                    ops.rotary_embedding(ps[c], qs[c], ks[c], cache, is_neox)
+                    ops.store_cache(kc, vc, ls[c], ks[c].flatten(1), vs[c].flatten(1))
+
+                fns = {"kernkit": lambda c: ops.rotary_embedding_store(ps[c], qs[c], ks[c], vs[c], cache, kc, vc,
+                                                                       ls[c], is_neox),
+                       "kernkit rope + store": pair}
+                if sgl is not None:
+                    def sgl_pair(c):
+                        sgl.rope.apply_rope_inplace(qs[c], ks[c], cache, ps[c], is_neox=is_neox)
+                        sgl.kvcache.store_cache(ks[c].flatten(1), vs[c].flatten(1), kc, vc, ls[c])
+
+                    fns["sglang"] = lambda c: sgl.rope.apply_rope_inplace_with_kvcache(
+                        qs[c], ks[c], vs[c], kc, vc, cache, ps[c], ls[c], is_neox=is_neox)
+                    fns["sglang rope + store"] = sgl_pair
+                if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
+                    fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c], is_neox)
+                us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+                rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens, *(us.get(m, float("nan")) for m in names),
+                             _ratio(us), us["kernkit"] / us["kernkit rope + store"],
+                             100 * moved / (us["kernkit"] * 1e-6) / (bw * 1e12)])
+                del qs, ks, vs, ps, ls
+        del kc, vc
+    return ["## rope + KV-cache store, bf16 q/k/v [tokens, heads, 128], fp32 cache, int64 positions (us per call)",
+            "", f"Caches of {ROPE_STORE_POOL} rows; % of copy: bytes moved by the kernkit kernel over the copy "
+            f"bandwidth ({bw:.3f} TB/s).", "",
+            *common.markdown_table(["q,kv heads", "pairs", "tokens", *names, "kernkit / sglang",
+                                    "kernkit / kernkit pair", "kernkit % of copy"], rows), ""]
+
+
+def group_quant_scales(tokens: int, groups: int, column_major: bool, ue8m0: bool) -> torch.Tensor:
+    """Scales in kernkit's layout, which is also sglang's: row-major fp32, or column-major with
+    the tokens padded to 4 (fp32, or int32 words of 4 UE8M0 bytes)."""
+    if not column_major:
+        return torch.empty(tokens, groups, device="cuda")
+    cols, dtype = (-(-groups // 4), torch.int32) if ue8m0 else (groups, torch.float32)
+    return torch.empty(cols, -(-tokens // 4) * 4, device="cuda", dtype=dtype).t()[:tokens]
+
+
+def torch_group_quant(x: torch.Tensor, column_major: bool, ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op in torch (sglang's formula), its scales in the op's layout."""
+    tokens = x.shape[0]
+    xg = x.float().unflatten(-1, (-1, GROUP_QUANT_SIZE))
+    s = xg.abs().amax(-1).clamp(min=GROUP_QUANT_EPS) / 448.0
+    if ue8m0:
+        s = torch.exp2(torch.ceil(torch.log2(s)))
+    q = (xg / s[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).flatten(-2)
+    if not column_major:
+        return q, s
+    if ue8m0:  # exponent bytes, 4 to an int32 word
+        s = torch.nn.functional.pad((s.view(torch.int32) >> 23).to(torch.uint8), (0, -s.shape[1] % 4))
+        s = s.view(torch.int32)
+    return q, torch.nn.functional.pad(s.t(), (0, -tokens % 4)).t()[:tokens]
+
+
+def time_group_quant(sgl, compiled, column_major: bool, ue8m0: bool, hidden: int, tokens: int) -> list:
+    """One shape: the us per call of each method, kernkit / sglang, the MB moved, and kernkit's
+    bytes per second."""
+    groups = hidden // GROUP_QUANT_SIZE
+    moved = tokens * hidden * (2 + 1) + tokens * 4 * (-(-groups // 4) if ue8m0 else groups)  # x read; q, s written
+    calls = common.calls_for(moved, max_calls=400)
+    xs = torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    qs = torch.empty(calls, tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
+    fns = {"kernkit": lambda c: ops.per_token_group_quant_fp8(xs[c], GROUP_QUANT_SIZE, column_major_scales=column_major,
+                                                              scale_ue8m0=ue8m0, eps=GROUP_QUANT_EPS, out=qs[c])}
+    if sgl is not None:
+        ss = [group_quant_scales(tokens, groups, column_major, ue8m0) for _ in range(calls)]
+        fns["sglang"] = lambda c: sgl.quant.per_token_group_quant_8bit(
+            input=xs[c], output_q=qs[c], output_s=ss[c], group_size=GROUP_QUANT_SIZE, eps=GROUP_QUANT_EPS,
+            fp8_min=-448.0, fp8_max=448.0, scale_ue8m0=ue8m0)
+    if compiled is not None and tokens in COMPILE_TOKENS and hidden == 7168:
+        fns["torch.compile"] = lambda c: compiled(xs[c], column_major, ue8m0)
+    us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+    return [*(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")), _ratio(us), moved / 1e6,
+            moved / (us["kernkit"] * 1e-6)]
+
+
+def bench_group_quant(sgl, compile_: bool) -> list[str]:
+    """``per_token_group_quant_fp8`` against sglang's ``per_token_group_quant_8bit`` over the GEMM
+    grid of sglang's bench_per_token_group_quant_8bit.py; kernkit writes into ``out=`` and
+    allocates its scales, sglang into outputs allocated beforehand."""
+    rows, bw = [], common.copy_bandwidth_tbs()
+    compiled = torch.compile(torch_group_quant, dynamic=False) if compile_ else None
+    for name, (column_major, ue8m0) in GROUP_QUANT_FLAGS.items():
+        for hidden in GROUP_QUANT_HIDDENS:
+            for tokens in GROUP_QUANT_TOKENS:
+                *times, bytes_per_s = time_group_quant(sgl, compiled, column_major, ue8m0, hidden, tokens)
+                rows.append([name, hidden, tokens, *times, 100 * bytes_per_s / (bw * 1e12)])
+    return ["## per_token_group_quant_fp8, bf16 x, group size 128 (us per call)", "",
+            f"MB moved: x read, q and the scales written, once; % of copy: that over the copy bandwidth "
+            f"({bw:.3f} TB/s).", "",
+            *common.markdown_table(["scales", "hidden", "tokens", "kernkit", "sglang", "torch.compile",
+                                    "kernkit / sglang", "MB moved", "kernkit % of copy"], rows), ""]
+
+
 def bench_host(sgl) -> list[str]:
     """Eager per-call cost of the same work through each library, in one process."""
     bf16 = torch.bfloat16
@@ -224,6 +365,8 @@ def bench_host(sgl) -> list[str]:
     idx = torch.randperm(4096, device="cuda")[:64].to(torch.int64)
     q3 = torch.randn(16, 32, 128, device="cuda", dtype=bf16)
     k3 = torch.randn(16, 8, 128, device="cuda", dtype=bf16)
+    v3 = torch.randn_like(k3)
+    loc16 = idx[:16].clone()
     pos = torch.arange(16, device="cuda")
     wq, wk = w[:128], w[128:256]
     cache = rope_cache()
@@ -235,6 +378,7 @@ def bench_host(sgl) -> list[str]:
         "fused_add_rmsnorm: kernkit": lambda: ops.fused_add_rmsnorm(out, res, w, EPS),
         "store_cache: kernkit": lambda: ops.store_cache(kc, vc, idx, k, v),
         "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
+        "rope + store: kernkit": lambda: ops.rotary_embedding_store(pos, q3, k3, v3, cache, kc, vc, loc16, True),
         "qk_norm: kernkit": lambda: ops.qk_norm(q3, k3, wq, wk, EPS),
     }
     if sgl is not None:
@@ -246,6 +390,8 @@ def bench_host(sgl) -> list[str]:
             "fused_add_rmsnorm: sglang": lambda: sgl.norm.fused_add_rmsnorm(out, res, w, EPS),
             "store_cache: sglang": lambda: sgl.kvcache.store_cache(k, v, kc, vc, idx),
             "rope: sglang": lambda: sgl.rope.apply_rope_inplace(q3, k3, cache, pos, is_neox=True),
+            "rope + store: sglang": lambda: sgl.rope.apply_rope_inplace_with_kvcache(
+                q3, k3, v3, kc, vc, cache, pos, loc16, is_neox=True),
             "qk_norm: sglang": lambda: sgl.norm.fused_inplace_qknorm(q3, k3, wq, wk, EPS),
         })
     us = common.host_us(fns, rounds=41)
@@ -266,7 +412,8 @@ def bench_host(sgl) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="write the results here (default: print only)")
-    p.add_argument("--only", default="host,rmsnorm,rope,qknorm", help="comma list of host, rmsnorm, rope, qknorm")
+    p.add_argument("--only", default="host,rmsnorm,rope,qknorm,ropestore,groupquant",
+                   help="comma list of host, rmsnorm, rope, qknorm, ropestore, groupquant")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = p.parse_args()
     if not torch.cuda.is_available():
@@ -286,6 +433,10 @@ def main() -> None:
         lines += bench_rope(sgl, not args.no_compile)
     if "qknorm" in parts:
         lines += bench_qknorm(sgl, not args.no_compile)
+    if "ropestore" in parts:
+        lines += bench_rope_store(sgl, not args.no_compile)
+    if "groupquant" in parts:
+        lines += bench_group_quant(sgl, not args.no_compile)
     common.write_report(args.out, f"sglang-h200-{datetime.date.today().isoformat()}.md", lines)
 
 

@@ -60,6 +60,61 @@ def per_token_quant_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.to(torch.float8_e4m3fn), scales
 
 
+# ----- per_token_group_quant_fp8
+
+
+def ue8m0_ceil(scales: torch.Tensor) -> torch.Tensor:
+    """Non-negative fp32 ``scales`` rounded up to a power of two, at least 2**-127 (UE8M0's
+    smallest), by their bits: infinities and NaN are kept, a power of two is kept, anything
+    else goes to the next exponent with a zero mantissa."""
+    b = scales.view(torch.int32)
+    up = torch.where((b & 0x007FFFFF) == 0, b, (b & 0x7F800000) + 0x00800000)
+    b = torch.where(b >= 0x7F800000, b, torch.where(b <= 0x00400000, torch.full_like(b, 0x00400000), up))
+    return b.view(torch.float32)
+
+
+def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, column_major_scales: bool = False,
+                              scale_ue8m0: bool = False, eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group of ``group_size`` consecutive elements of a row of the 2-d ``x``:
+    ``amax = max|x|`` and ``m = max(amax, |eps|)``, both compared as the bits of fp32 absolute
+    values (so a NaN wins; ``eps`` is taken to fp32), a NaN ``m`` as 0x7fffffff (the NaN the
+    GPU's division returns), ``scale = m / 448`` (one fp32 IEEE division), with ``scale_ue8m0``
+    rounded up by ``ue8m0_ceil``; ``q = saturate_e4m3(x / scale)``
+    with an fp32 IEEE division per element, rounded to nearest even, ``q = 0`` where
+    ``scale == 0``, and every NaN E4M3's 0x7f (CUDA's conversion drops a NaN's sign). Returns
+    ``(q, scales)``, the scales laid out as the op returns them: row-major float32
+    ``[tokens, groups]``; with ``column_major_scales`` float32 of strides ``(1, align(tokens, 4))``;
+    with both flags int32 ``[tokens, ceil(groups / 4)]`` of those strides, byte ``i`` of word ``j``
+    the exponent byte (bits >> 23) of group ``4 j + i``, 0 past the last group."""
+    tokens, hidden = x.shape
+    groups = hidden // group_size
+    xf = x.float().reshape(tokens, groups, group_size)
+    amax_bits = (xf.view(torch.int32) & 0x7FFFFFFF).amax(dim=-1)
+    eps_bits = torch.tensor(eps, dtype=torch.float32).view(torch.int32) & 0x7FFFFFFF
+    m = torch.maximum(amax_bits, eps_bits)
+    m = torch.where(m > 0x7F800000, 0x7FFFFFFF, m).view(torch.float32)  # one NaN, kept by the division
+    scales = m / torch.full_like(m, 448.0)  # elementwise IEEE division, never a reciprocal
+    if scale_ue8m0:
+        scales = ue8m0_ceil(scales)
+    s = scales[:, :, None]
+    q = torch.where(s == 0, torch.zeros_like(xf), xf / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    q_bytes = q.view(torch.uint8).reshape(tokens, hidden)
+    q = torch.where(q_bytes == 0xFF, 0x7F, q_bytes).view(torch.float8_e4m3fn)  # -NaN (0xff) as 0x7f
+    if not column_major_scales:
+        return q, scales
+    padded = -(-tokens // 4) * 4
+    if not scale_ue8m0:
+        out = torch.zeros(groups, padded, dtype=torch.float32, device=x.device).t()[:tokens]
+        out.copy_(scales)
+        return q, out
+    words = -(-groups // 4)
+    exponents = torch.zeros(tokens, 4 * words, dtype=torch.uint8, device=x.device)
+    exponents[:, :groups] = (scales.view(torch.int32) >> 23).to(torch.uint8)
+    out = torch.zeros(words, padded, dtype=torch.int32, device=x.device).t()[:tokens]
+    out.copy_(exponents.view(torch.int32))  # little-endian: group 4 j + i in byte i of word j
+    return q, out
+
+
 # ----- rotary_embedding
 
 
@@ -93,6 +148,15 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
         head_dim = q.shape[2] if q.dim() == 3 else cos_sin_cache.shape[1]
     for x in (q, k):
         _rope_heads(x, positions, cos_sin_cache, is_neox, head_dim)
+
+
+def rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           out_loc: torch.Tensor, is_neox: bool = True, head_dim: int | None = None) -> None:
+    """``rotary_embedding`` of q and k, then ``store_cache`` of the rotated k and of v at
+    ``out_loc``. In place."""
+    rotary_embedding(positions, q, k, cos_sin_cache, is_neox, head_dim)
+    store_cache(k_cache, v_cache, out_loc, k, v)
 
 
 # ----- rmsnorm

@@ -28,10 +28,12 @@ KERNEL_FILES = {
     "norm/rmsnorm.cuh": "rmsnorm",
     "norm/qk_norm.cuh": "qk_norm",
     "quant/per_token_fp8.cuh": "per_token_quant_fp8",
+    "quant/per_token_group_fp8.cuh": "per_token_group_quant_fp8",
     "elementwise/scale.cuh": "scale",
     "embedding/indexing.cuh": "indexing",
     "kvcache/store_kv.cuh": "store_cache",
     "rope/rotary.cuh": "rotary_embedding",
+    "rope/rope_store.cuh": "rotary_embedding_store",
 }
 
 

@@ -730,14 +730,12 @@ QUANT_BAD = [
 ]
 
 
-@pytest.mark.parametrize("bad", QUANT_BAD, ids=bad_id)
-@invalid_settings(QUANT_BAD)
-@given(p=quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
-def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
-    a = Arena.seeded(p["seed"])
+def quant_bad_args(a: Arena, p: dict, bad: Bad, d, make_args: Callable) -> dict:
+    """The arguments of a quant op's call with ``bad`` in place; the other tensors are remade
+    where they would otherwise be named first (only the bad argument is wrong)."""
     if bad.what.startswith(SHARED):
         p = dict(p, tokens=7, x_layout="contiguous")  # bytes to share
-    args = quant_args(a, p)
+    args = make_args(a, p)
     value = bad.make(a, dict(p, args=args), d)
     if bad.arg == "out" and bad.what in ("non-contiguous", "transposed", "stride 0 (expand)"):
         args["x"] = a.tensor(value.shape, p["dtype"])  # the same shape, contiguous: only out is wrong
@@ -746,6 +744,15 @@ def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
     if bad.arg == "x" and args["out"] is not None and isinstance(value, torch.Tensor) and value.dim() == 2:
         args["out"] = a.tensor(value.shape, fp8)  # matching sizes: only x is wrong
     args[bad.arg] = value
+    return args
+
+
+@pytest.mark.parametrize("bad", QUANT_BAD, ids=bad_id)
+@invalid_settings(QUANT_BAD)
+@given(p=quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    args = quant_bad_args(a, p, bad, d, quant_args)
     if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
         if args["out"] is None:
             check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8(args["x"]), a, bad)
@@ -770,6 +777,132 @@ def test_per_token_quant_fp8_valid_views_give_the_reference(p):
     if args["out"] is not None:
         assert q is args["out"]
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- per_token_group_quant_fp8
+
+GQ_DTYPES = [bf16, fp32]  # x group size 16 x the four scale layouts: 8 of tests/test_group_quant.py's builds
+GQ_GROUP = 16
+GQ_HIDDEN = 48  # 3 groups: the packed UE8M0 word has a padding byte
+GQ_LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@st.composite
+def group_quant_params(draw):
+    return dict(
+        dtype=draw(st.sampled_from(GQ_DTYPES)),
+        tokens=draw(st.sampled_from([0, 1, 3, 7])),
+        x_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
+        out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        layout=draw(st.sampled_from(GQ_LAYOUTS)),
+        eps=draw(st.sampled_from([1e-10, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def _gq_shape(p):
+    return (p["tokens"], GQ_HIDDEN)
+
+
+def group_quant_args(a: Arena, p: dict) -> dict:
+    x = a.tensor(_gq_shape(p), p["dtype"], p["x_layout"])
+    rows = x[:1] if p["x_layout"] == "expand" else x  # every row of an expanded x is row 0
+    rows.copy_(torch.randn(rows.shape, generator=a.gen).to(p["dtype"]))  # no NaN bit patterns
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    out = None if p["out"] is None else a.tensor(_gq_shape(p), fp8, p["out"])
+    return dict(x=x, group_size=GQ_GROUP, column_major_scales=p["layout"][0], scale_ue8m0=p["layout"][1],
+                eps=p["eps"], out=out)
+
+
+GROUP_QUANT_BAD = [
+    Bad("x", "dtype", TypeError,
+        lambda a, p, d: a.tensor(_gq_shape(p), d.draw(st.sampled_from(
+            [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64, fp8])))),
+    Bad("x", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(), (GQ_HIDDEN,), (p["tokens"], 1, GQ_HIDDEN)])),
+                                 p["dtype"])),
+    Bad("x", "hidden size not a multiple of group_size", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 1), d.draw(st.sampled_from([8, 40, 50]))), p["dtype"])),
+    Bad("x", "step 2 in the last dimension", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 1), GQ_HIDDEN), p["dtype"], "step2")),
+    Bad("x", "transposed", ValueError,
+        lambda a, p, d: a.tensor((GQ_HIDDEN, max(p["tokens"], 2)), p["dtype"]).t()),
+    Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_gq_shape(p), p["dtype"])),
+    Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 2.0]], 2.0]))),
+    Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_gq_shape(p), p["dtype"]))),
+    Bad("group_size", "no kernel", ValueError, lambda a, p, d: d.draw(st.sampled_from([0, 8, 12, 96, 256, -16]))),
+    Bad("group_size", "not an int", TypeError, lambda a, p, d: d.draw(st.sampled_from([16.0, "16", None, True]))),
+    Bad("column_major_scales", "not a bool", TypeError,
+        lambda a, p, d: d.draw(st.sampled_from([1, 0, "yes", None, 1.0]))),
+    Bad("scale_ue8m0", "not a bool", TypeError, lambda a, p, d: d.draw(st.sampled_from([1, 0, "yes", None, 1.0]))),
+    Bad("eps", "negative or not finite", ValueError,
+        lambda a, p, d: d.draw(st.sampled_from([-1e-10, -1.0, float("nan"), float("inf"), 1e300]))),
+    Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-10", None, [1e-10], 1j]))),
+    Bad("out", "dtype", TypeError,
+        lambda a, p, d: a.tensor(_gq_shape(p), d.draw(st.sampled_from(
+            [p["dtype"], fp16, torch.uint8, torch.int8, torch.float8_e5m2])))),
+    Bad("out", "other rows", ValueError,
+        lambda a, p, d: a.tensor((p["tokens"] + d.draw(st.sampled_from([1, 5])), GQ_HIDDEN), fp8)),
+    Bad("out", "other hidden size", ValueError,
+        lambda a, p, d: a.tensor((p["tokens"], GQ_HIDDEN + d.draw(st.sampled_from([-16, 1, 16]))), fp8)),
+    Bad("out", "other rank, same elements", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["tokens"] * GQ_HIDDEN,), (p["tokens"], 3, 16)])), fp8)),
+    Bad("out", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 2), GQ_HIDDEN), fp8, d.draw(st.sampled_from(["step2", "padded"])))),
+    Bad("out", "transposed", ValueError, lambda a, p, d: a.tensor((GQ_HIDDEN, max(p["tokens"], 2)), fp8).t()),
+    Bad("out", "stride 0 (expand)", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 2), GQ_HIDDEN), fp8, "expand")),
+    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(_gq_shape(p), fp8)),
+    Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_gq_shape(p), fp8))),
+    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(_gq_shape(p), fp8))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_gq_shape(p), fp8)),
+    Bad("out", f"{SHARED}: x's bytes", ValueError,
+        lambda a, p, d: a.alias(p["args"]["x"], _gq_shape(p), fp8, d.draw(st.sampled_from([0, 1, 17])))),
+]
+
+#: The kinds torch's own schema checks refuse before kernkit could name the argument.
+GQ_NOT_VIA_CUSTOM_OP = ("meta tensor", "not a tensor", "negative bit", "not an int", "not a bool", "not a number")
+
+
+@pytest.mark.parametrize("bad", GROUP_QUANT_BAD, ids=bad_id)
+@invalid_settings(GROUP_QUANT_BAD)
+@given(p=group_quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_per_token_group_quant_fp8_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    args = quant_bad_args(a, p, bad, d, group_quant_args)
+    if via == "custom op" and bad.what not in GQ_NOT_VIA_CUSTOM_OP:
+        flags = dict(column_major_scales=args["column_major_scales"], scale_ue8m0=args["scale_ue8m0"], eps=args["eps"])
+        if args["out"] is None:
+            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8(args["x"], args["group_size"], **flags),
+                          a, bad)
+        else:
+            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8_out(args["out"], args["x"],
+                                                                                  args["group_size"], **flags), a, bad)
+    else:
+        check_invalid(lambda: ops.per_token_group_quant_fp8(**args), a, bad)
+
+
+@VALID
+@given(p=group_quant_params())
+def test_per_token_group_quant_fp8_valid_views_give_the_reference(p):
+    """Misaligned starts and row strides (the scalar variant), repeated rows (stride 0: x is only
+    read), no rows, a misaligned ``out``, every scale layout, eps 0: the reference's bytes and
+    scale strides, and nothing else written."""
+    a = Arena.seeded(p["seed"])
+    args = group_quant_args(a, p)
+    want = a.copies()
+    want_q, want_scales = reference.per_token_group_quant_fp8(args["x"], GQ_GROUP, *p["layout"], p["eps"])
+    if args["out"] is not None:
+        a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
+    q, scales = ops.per_token_group_quant_fp8(**args)
+    if args["out"] is not None:
+        assert q is args["out"]
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert p["tokens"] == 0 or scales.stride() == want_scales.stride()
     assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))
     assert a.same_as(want)
 
@@ -957,6 +1090,137 @@ def test_rotary_embedding_valid_views_give_the_reference_bytes(p):
     reference.rotary_embedding(args["positions"], a.twin(args["q"], want), a.twin(args["k"], want),
                                args["cos_sin_cache"], p["is_neox"], p["head_dim"])
     assert ops.rotary_embedding(**args) is None
+    assert a.same_as(want)
+
+
+# --------------------------------------------------------------------------------------------
+# ----- rotary_embedding_store
+
+
+@st.composite
+def rope_store_params(draw):
+    return dict(draw(rope_params()),
+                v_rank=draw(st.sampled_from([2, 3])),
+                v_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+                cache_rank=draw(st.sampled_from([2, 3])),
+                kv_cache_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+                pool=draw(st.sampled_from([1, 8, 40])),
+                loc_dtype=draw(st.sampled_from([i32, i64])))
+
+
+def _kv_cache_shape(p: dict, rank: int | None = None, pool: int | None = None) -> tuple[int, ...]:
+    pool = p["pool"] if pool is None else pool
+    return _heads_shape(dict(p, n=pool), p["k_heads"], p["cache_rank"] if rank is None else rank)
+
+
+def rope_store_args(a: Arena, p: dict) -> dict:
+    args = rope_args(a, p)
+    dt, n, pool = p["dtype"], p["n"], p["pool"]
+    shape = _heads_shape(p, p["k_heads"], p["v_rank"])
+    args["v"] = _filled(a, a.tensor(shape, dt, p["v_layout"]), torch.randn(shape, generator=a.gen).to(dt))
+    for name in ("k_cache", "v_cache"):
+        args[name] = a.tensor(_kv_cache_shape(p), dt, p["kv_cache_layout"])
+    perm = torch.randperm(pool, generator=a.gen).tolist()
+    values = [perm[i] if i < pool else pool + i for i in range(n)]  # distinct valid rows
+    for i in range(1, n, 3):  # and out-of-range ones the kernel must skip
+        values[i] = [-1, pool, 2**31 - 1, -(2**31)][i // 3 % 4]
+    args["out_loc"] = _filled(a, a.tensor((n,), p["loc_dtype"]), torch.tensor(values, dtype=p["loc_dtype"]))
+    return args
+
+
+def _kv_cache_bad(arg: str) -> list[Bad]:
+    """The bad K or V caches: ``rows::verify_rows`` with k's heads and head_dim."""
+    return [
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["pool"] * p["k_heads"] * p["head_dim"],),
+                                                             (p["pool"], p["k_heads"], 1, p["head_dim"]), ()])),
+                                     p["dtype"])),
+        Bad(arg, "dtype unlike q's", TypeError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p), d.draw(st.sampled_from(
+                [_rope_other_float(p), torch.int16, torch.float64])))),
+        Bad(arg, "row unlike k's", ValueError,
+            lambda a, p, d: a.tensor((p["pool"], (p["k_heads"] + d.draw(st.sampled_from([1, 2]))) * p["head_dim"]),
+                                     p["dtype"])),
+        Bad(arg, "heads unlike k's (3-d)", ValueError,
+            lambda a, p, d: a.tensor((p["pool"], 2 * p["k_heads"], p["head_dim"] // 2), p["dtype"])),
+        Bad(arg, "non-contiguous row", ValueError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"], d.draw(st.sampled_from(["step2", "transposed"])))),
+        Bad(arg, "overlapping rows (expand)", ValueError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p, pool=max(p["pool"], 2)), p["dtype"], "expand")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta(_kv_cache_shape(p), p["dtype"])),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 3]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"]))),
+        Bad(arg, "requires grad", RuntimeError,
+            requires_grad(lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"]))),
+    ]
+
+
+ROPE_STORE_BAD = ROPE_BAD + [b for b in _heads_bad("v") if b.what not in ("requires grad", "inference tensor")] + [
+    Bad("v", "heads unlike k's", ValueError,
+        lambda a, p, d: a.tensor(_heads_shape(p, p["k_heads"] + 1, 3), p["dtype"])),
+    Bad("out_loc", "dtype", TypeError, lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
+    Bad("out_loc", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 1), (1, p["n"]), ()])), p["loc_dtype"])),
+    Bad("out_loc", "tokens differ", ValueError,
+        lambda a, p, d: a.tensor((p["n"] + d.draw(st.sampled_from([1, 2])),), p["loc_dtype"])),
+    Bad("out_loc", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((max(p["n"], 2),), p["loc_dtype"], "step2")),
+    Bad("out_loc", "meta tensor", ValueError, lambda a, p, d: meta((p["n"],), p["loc_dtype"])),
+    Bad("out_loc", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [0, 1], 2]))),
+    Bad("out_loc", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"],), p["loc_dtype"]))),
+    Bad("k_cache", f"{SHARED}: bytes of q", ValueError,
+        lambda a, p, d: a.alias(p["args"]["q"], _kv_cache_shape(p, 2), p["dtype"])),
+    Bad("v_cache", f"{SHARED}: bytes of the K cache", ValueError,
+        lambda a, p, d: a.alias(p["args"]["k_cache"], _kv_cache_shape(p, 2), p["dtype"], d.draw(st.sampled_from([0, 1])))),
+    Bad("k_cache", f"{SHARED}: bytes of v", ValueError,
+        lambda a, p, d: a.alias(p["args"]["v"], _kv_cache_shape(p, 2), p["dtype"])),
+    Bad("out_loc", f"{SHARED}: bytes of the V cache", ValueError,
+        lambda a, p, d: a.alias(p["args"]["v_cache"], (p["n"],), p["loc_dtype"])),
+    Bad("v", f"{SHARED}: bytes of k", ValueError,
+        lambda a, p, d: a.alias(p["args"]["k"], _heads_shape(p, 1, p["v_rank"]), p["dtype"])),
+] + _kv_cache_bad("k_cache") + _kv_cache_bad("v_cache")
+
+
+def _rope_store_call(args: dict, via: str):
+    if via == "op":
+        return lambda: ops.rotary_embedding_store(**args)
+    names = ("positions", "q", "k", "v", "cos_sin_cache", "k_cache", "v_cache", "out_loc", "is_neox")
+    return lambda: torch.ops.kernkit.rotary_embedding_store(*(args[n] for n in names), head_dim=args["head_dim"])
+
+
+@pytest.mark.parametrize("bad", ROPE_STORE_BAD, ids=bad_id)
+@invalid_settings(ROPE_STORE_BAD)
+@given(p=rope_store_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_rotary_embedding_store_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what in ROPE_NEEDS_TWO_TOKENS:
+        p = dict(p, n=max(p["n"], 2))
+    if bad.what.startswith(SHARED):  # something to share: one head of 3 tokens, one-row caches
+        p = dict(p, n=3, q_heads=1, k_heads=1, max_pos=40, pool=1)
+    if bad.arg == "head_dim" and bad.what == "below rot_dim":
+        p = dict(p, q_rank=2, k_rank=2)  # 3-d heads would be named by their head_dim first
+    if bad.arg.endswith("_cache") and bad.what == "heads unlike k's (3-d)":
+        p = dict(p, cache_rank=3)
+    p = dict(p, v_heads=p["k_heads"])
+    args = rope_store_args(a, p)
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    direct = bad.what in ("meta tensor", "not a tensor", "not an int", "not a bool", "negative bit")
+    check_invalid(_rope_store_call(args, "op" if direct else via), a, bad)
+
+
+@VALID
+@given(p=rope_store_params())
+def test_rotary_embedding_store_valid_views_give_the_reference_bytes(p):
+    """The views of rope's valid-call test, v of any rank and row stride, 2-d and 3-d caches with
+    misaligned or padded rows, out-of-range positions and cache rows: every buffer matches the
+    reference (rotary_embedding, then store_cache)."""
+    a = Arena.seeded(p["seed"])
+    args = rope_store_args(a, p)
+    want = a.copies()
+    twin = {n: a.twin(t, want) for n, t in args.items()}
+    reference.rotary_embedding_store(twin["positions"], twin["q"], twin["k"], twin["v"], twin["cos_sin_cache"],
+                                     twin["k_cache"], twin["v_cache"], twin["out_loc"], p["is_neox"], p["head_dim"])
+    assert ops.rotary_embedding_store(**args) is None
     assert a.same_as(want)
 
 

@@ -346,6 +346,71 @@ def quant_cases() -> list[Case]:
 
 
 # --------------------------------------------------------------------------------------------
+# ----- per_token_group_quant_fp8
+
+
+def group_quant_input(dtype: torch.dtype, tokens: int, width: int, group_size: int, gen: torch.Generator,
+                      specials: bool) -> torch.Tensor:
+    """Normal values, each group of its own magnitude; with ``specials``, row 0's groups are
+    zeros, -0.0, one NaN, two infinities, subnormals and the dtype's largest finite value (the
+    kernel writes one NaN for all: 0x7fffffff scales, 0x7f values)."""
+    span = 10 if dtype == torch.float16 else 20
+    groups = width // group_size
+    mag = torch.exp2(torch.randint(-span, span + 1, (tokens, groups, 1), generator=gen).float())
+    x = (torch.randn(tokens, groups, group_size, generator=gen) * mag).to(dtype)
+    if specials:
+        fi = torch.finfo(dtype)
+        x[0, 0] = 0.0
+        x[0, 1] = -0.0
+        x[0, 2, 3] = float("nan")
+        x[0, 3, 1], x[0, 3, 2] = float("inf"), float("-inf")
+        x[0, 4] = fi.smallest_normal * fi.eps * torch.arange(group_size)
+        x[0, 5, 0] = -fi.max
+    return x.view(tokens, width)
+
+
+def group_quant_case(dtype: torch.dtype, group_size: int, tokens: int, groups: int, *, column_major: bool = False,
+                     ue8m0: bool = False, offset: int = 0, specials: bool = False, eps: float = 1e-10) -> Case:
+    """``per_token_group_quant_fp8`` of ``tokens`` rows of ``groups`` groups. ``offset``: the rows
+    are ``x[:, offset : offset + hidden]`` of a buffer ``2 * offset`` wider (odd: the scalar
+    variant); the scales are hashed as their view (the column-major padding is not written)."""
+    layout = ("col" if column_major else "row") + ("-ue8m0" if ue8m0 else "")
+    name = (f"per_token_group_quant_fp8/{_SHORT[dtype]}-g{group_size}-t{tokens}-n{groups}-{layout}"
+            + (f"-offset{offset}" if offset else "") + ("-specials" if specials else "")
+            + (f"-eps{eps:g}" if eps != 1e-10 else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        hidden = groups * group_size
+        base = group_quant_input(dtype, tokens, hidden + 2 * offset, 1 if offset else group_size, gen, specials)
+        x = base[:, offset : offset + hidden]
+        want_q, want_scales = reference.per_token_group_quant_fp8(x, group_size, column_major, ue8m0, eps)
+        x_d = to_device(base, device)[:, offset : offset + hidden]
+        q, scales = ops.per_token_group_quant_fp8(x_d, group_size, column_major_scales=column_major,
+                                                  scale_ue8m0=ue8m0, eps=eps)
+        if scales.stride() != want_scales.stride():
+            raise AssertionError(f"{name}: scales of strides {scales.stride()}, want {want_scales.stride()}")
+        return {"q": (q.cpu(), want_q), "scales": (scales.cpu(), want_scales)}
+
+    return Case(name, "per_token_group_quant_fp8", run)
+
+
+def group_quant_cases() -> list[Case]:
+    """Each dtype and scale layout: bf16 x 128 (16 lanes a group, several blocks), fp16 x 64
+    column-major, fp32 x 16 packed UE8M0 (a padding byte), bf16 x 128 row-major UE8M0, bf16 x 32
+    rows at an odd offset (the scalar variant), and bf16 x 16 special groups with eps 0."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    return [
+        group_quant_case(bf16, 128, 33, 8),
+        group_quant_case(fp16, 64, 9, 10, column_major=True),
+        group_quant_case(fp32, 16, 5, 7, column_major=True, ue8m0=True),
+        group_quant_case(bf16, 128, 7, 7, ue8m0=True),
+        group_quant_case(bf16, 32, 7, 8, column_major=True, ue8m0=True, offset=3),
+        group_quant_case(bf16, 16, 3, 8, specials=True, eps=0.0),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
 # rotary_embedding
 
 
@@ -427,6 +492,65 @@ def rope_cases() -> list[Case]:
         rope_case(fp32, 64, 32, False, 33, 3, 1, i32),
         rope_case(fp32, 64, 32, False, 7, 2, 2, i64, layout="offset"),
         rope_case(fp16, 10, 6, True, 513, 3, 1, i64, layout="3d"),
+    ]
+
+
+def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n: int, q_heads: int,
+                    k_heads: int, index_dtype: torch.dtype, *, pool: int = 600, layout: str = "2d") -> Case:
+    """``rotary_embedding_store`` of ``n`` tokens into ``[pool, k_heads * head_dim]`` caches, with
+    out-of-range positions and cache rows mixed in (``make_indices``; the positions in the cache's
+    300 rows). ``layout``: ``2d`` separate q, k and v; ``fused``: q, k and v are column slices of
+    one QKV buffer and the caches ``kv[:, 0]`` and ``kv[:, 1]`` of one ``[pool, 2, k_heads,
+    head_dim]`` buffer (3-d, strided rows), each hashed whole; ``offset``: 3-d q, k and v start one
+    element into their buffers (the scalar variant). The caches start as random finite values."""
+    name = (f"rotary_embedding_store/{_SHORT[dtype]}-d{head_dim}-r{rot_dim}-{'neox' if is_neox else 'gptj'}"
+            f"-q{q_heads}k{k_heads}-{_SHORT[index_dtype]}-n{n}-{layout}")
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        cache = rope_cache(rot_dim, 300, torch.float32)
+        pos = make_indices(min(n, 300), 300, index_dtype, gen).repeat(n // 300 + 1)[:n]
+        loc = make_indices(n, pool, index_dtype, gen)
+        qs, ks = q_heads * head_dim, k_heads * head_dim
+        if layout == "fused":
+            bufs = {"qkv": rope_input((n, qs + 2 * ks), dtype, gen), "kv": rope_input((pool, 2, ks), dtype, gen)}
+        else:
+            extra = 1 if layout == "offset" else 0
+            bufs = {name: rope_input((n * w + extra,), dtype, gen) for name, w in (("q", qs), ("k", ks), ("v", ks))}
+            bufs.update(k_cache=rope_input((pool, ks), dtype, gen), v_cache=rope_input((pool, ks), dtype, gen))
+
+        def views(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            if layout == "fused":
+                qkv, kv = b["qkv"], b["kv"].view(pool, 2, k_heads, head_dim)
+                return qkv[:, :qs], qkv[:, qs : qs + ks], qkv[:, qs + ks :], kv[:, 0], kv[:, 1]
+            start = 1 if layout == "offset" else 0
+            heads = [b[name][start:].view(n, h, head_dim) for name, h in (("q", q_heads), ("k", k_heads), ("v", k_heads))]
+            return (*heads, b["k_cache"], b["v_cache"])
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        q, k, v, kc, vc = views(ref)
+        reference.rotary_embedding_store(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim)
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        q, k, v, kc, vc = views(dev)
+        ops.rotary_embedding_store(to_device(pos, device), q, k, v, to_device(cache, device), kc, vc,
+                                   to_device(loc, device), is_neox, head_dim=head_dim)
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "rotary_embedding_store", run)
+
+
+def rope_store_cases() -> list[Case]:
+    """rope's builds (``rope_cases``) with the store: Llama-3 heads at decode and prefill sizes,
+    a fused QKV tensor with 3-d strided caches, partial rotary, and the scalar variant."""
+    bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+    i32, i64 = torch.int32, torch.int64
+    return [
+        rope_store_case(bf16, 128, 128, True, 0, 32, 8, i64),
+        rope_store_case(bf16, 128, 128, True, 7, 32, 8, i64),
+        rope_store_case(bf16, 128, 128, True, 513, 8, 2, i32, layout="fused"),
+        rope_store_case(fp16, 64, 64, False, 33, 8, 2, i64, layout="fused"),
+        rope_store_case(fp32, 64, 32, False, 33, 3, 1, i32),
+        rope_store_case(fp16, 10, 6, True, 37, 3, 1, i64, layout="offset"),
     ]
 
 
@@ -703,6 +827,7 @@ def cases() -> list[Case]:
         indexing_case(fp8, 6, 7, i64),
         indexing_case(fp8, 6, 513, i32, rows=90, vocab_range=(37, 80), strided_weight=True, out_view=True),
         *rope_cases(),  # rotary_embedding
+        *rope_store_cases(),  # rotary_embedding_store
     ]
     for dtype, sizes in ((fp16, (1, 7, 4099)), (bf16, (9, 100003)), (fp32, (5, 4099))):
         for n in sizes:
@@ -712,6 +837,7 @@ def cases() -> list[Case]:
         out.append(scale_case(dtype, 1029, 0.5, out_view=True))
     out.append(scale_case(fp16, 0, 1.7))
     out.extend(quant_cases())
+    out.extend(group_quant_cases())  # per_token_group_quant_fp8
     out.extend(norm_cases())  # rmsnorm, fused_add_rmsnorm
     out.extend(qk_norm_cases())
     out.extend(act_cases())  # silu_and_mul, gelu_and_mul

@@ -112,6 +112,71 @@ KERNKIT_DEVICE void rotate(float& x, float& y, float c, float s) {
   y = __fadd_rn(yc, xs);
 }
 
+/// \brief The elements of one thread item of a head (its `kPairs` pairs starting at pair
+/// `first`), held in registers: loaded, rotated, stored. A neox item is `kPairs` x's at
+/// `first` and as many y's at `kHalf + first`; a gpt-j item the `2 * kPairs` elements at
+/// `2 * first`.
+template <typename T, typename CacheT, int64_t kRotDim, bool kIsNeox, int kVec>
+struct Item {
+  using L = Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
+  /// \brief Elements of one q/k access.
+  static constexpr int kAccess = kIsNeox ? kVec : (kVec >= 2 ? kVec : 1);
+  /// \brief Accesses of x (neox: and of y).
+  static constexpr int kN = (kIsNeox ? L::kPairs : 2 * L::kPairs) / kAccess;
+  using vec_t = AlignedVector<T, kAccess>;
+  vec_t xv[kN];                  ///< x (gpt-j: the interleaved pairs).
+  vec_t yv[kIsNeox ? kN : 1];    ///< y (neox only).
+
+  /// \brief Load the item from the head starting at `head`.
+  KERNKIT_DEVICE void load(const T* __restrict__ head, int64_t first) {
+    KERNKIT_UNROLL
+    for (int v = 0; v < kN; ++v) xv[v].load(head + (kIsNeox ? first : 2 * first), v);
+    if constexpr (kIsNeox) {
+      KERNKIT_UNROLL
+      for (int v = 0; v < kN; ++v) yv[v].load(head + L::kHalf + first, v);
+    }
+  }
+
+  /// \brief Store the item to the head starting at `head` (same offsets as `load`).
+  KERNKIT_DEVICE void store(T* __restrict__ head, int64_t first) const {
+    KERNKIT_UNROLL
+    for (int v = 0; v < kN; ++v) xv[v].store(head + (kIsNeox ? first : 2 * first), v);
+    if constexpr (kIsNeox) {
+      KERNKIT_UNROLL
+      for (int v = 0; v < kN; ++v) yv[v].store(head + L::kHalf + first, v);
+    }
+  }
+
+  /// \brief Rotate the item by the cosines and sines of cache row `row`.
+  KERNKIT_DEVICE void rotate(const CacheT* __restrict__ row, int64_t first) {
+    constexpr int kPairs = L::kPairs;
+    float c[kPairs];
+    float s[kPairs];
+    load_fp32<CacheT, kPairs, L::kCacheVec>(c, row + first);
+    load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf + first);
+    // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x. Every
+    // element is read before any is written: a pair read from a word that already holds a
+    // result would wait for it (a chain of byte permutes from pair to pair).
+    const auto x_vec = [&](int i) -> vec_t& { return xv[(kIsNeox ? i : 2 * i) / kAccess]; };
+    const auto y_vec = [&](int i) -> vec_t& { return kIsNeox ? yv[i / kAccess] : xv[(2 * i + 1) / kAccess]; };
+    const auto x_k = [](int i) { return (kIsNeox ? i : 2 * i) % kAccess; };
+    const auto y_k = [](int i) { return (kIsNeox ? i : 2 * i + 1) % kAccess; };
+    float xf[kPairs];
+    float yf[kPairs];
+    KERNKIT_UNROLL
+    for (int i = 0; i < kPairs; ++i) {
+      xf[i] = element_fp32(x_vec(i), x_k(i));
+      yf[i] = element_fp32(y_vec(i), y_k(i));
+      rope::rotate(xf[i], yf[i], c[i], s[i]);
+    }
+    KERNKIT_UNROLL
+    for (int i = 0; i < kPairs; ++i) {
+      x_vec(i)[x_k(i)] = cast<T>(xf[i]);
+      y_vec(i)[y_k(i)] = cast<T>(yf[i]);
+    }
+  }
+};
+
 }  // namespace rope
 }  // namespace device
 
@@ -137,14 +202,10 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
                                       ? device::rope::kBlocksPerSM
                                       : 1) rotary_kernel(const RotaryParams p) {
   using L = device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
-  constexpr int kPairs = L::kPairs;
-  constexpr int kAccess = kIsNeox ? kVec : (kVec >= 2 ? kVec : 1);  // elements of one q/k access
-  constexpr int kLoad = kIsNeox ? kPairs : 2 * kPairs;               // elements of each of x, y (or v)
-  using vec_t = device::AlignedVector<T, kAccess>;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= (p.q_heads + p.k_heads) * L::kItemsPerHead) return;
   const int64_t head = item / L::kItemsPerHead;  // a constant divisor: a multiply
-  const int64_t first = (item - head * L::kItemsPerHead) * kPairs;  // first pair of the item
+  const int64_t first = (item - head * L::kItemsPerHead) * L::kPairs;  // first pair of the item
   const bool is_q = head < p.q_heads;
   T* const head0 = is_q ? static_cast<T*>(p.q) + head * p.q_head_stride
                         : static_cast<T*>(p.k) + (head - p.q_heads) * p.k_head_stride;
@@ -160,53 +221,15 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
   for (int64_t token = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; token < p.num_tokens;
        token += token_step) {
     T* const base = head0 + token * token_stride;
-    T* const x_at = kIsNeox ? base + first : base + 2 * first;
-    vec_t xv[kLoad / kAccess];
-    vec_t yv[kIsNeox ? kLoad / kAccess : 1];
-    KERNKIT_UNROLL
-    for (int v = 0; v < kLoad / kAccess; ++v) xv[v].load(x_at, v);
-    if constexpr (kIsNeox) {
-      KERNKIT_UNROLL
-      for (int v = 0; v < kLoad / kAccess; ++v) yv[v].load(base + L::kHalf + first, v);
-    }
+    device::rope::Item<T, CacheT, kRotDim, kIsNeox, kVec> x;
+    x.load(base, first);
     // The full 64-bit position is compared: an int64 position whose low 32 bits are in range
     // is still skipped, and the cache is not read for it. Its q/k values are stored back as they
     // were loaded: a store on every path keeps the compiler from sinking the q/k loads below
     // this test, which would make them wait for the position.
     const int64_t pos = device::rows::load_index(p.positions, p.positions_int64, token);
-    if (pos >= 0 && pos < p.max_position) {
-      const CacheT* const row = cache + pos * kRotDim;
-      float c[kPairs];
-      float s[kPairs];
-      device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(c, row + first);
-      device::rope::load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf + first);
-      // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x. Every
-      // element is read before any is written: a pair read from a word that already holds a
-      // result would wait for it (a chain of byte permutes from pair to pair).
-      const auto x_vec = [&](int i) -> vec_t& { return xv[(kIsNeox ? i : 2 * i) / kAccess]; };
-      const auto y_vec = [&](int i) -> vec_t& { return kIsNeox ? yv[i / kAccess] : xv[(2 * i + 1) / kAccess]; };
-      const auto x_k = [](int i) { return (kIsNeox ? i : 2 * i) % kAccess; };
-      const auto y_k = [](int i) { return (kIsNeox ? i : 2 * i + 1) % kAccess; };
-      float xf[kPairs];
-      float yf[kPairs];
-      KERNKIT_UNROLL
-      for (int i = 0; i < kPairs; ++i) {
-        xf[i] = device::element_fp32(x_vec(i), x_k(i));
-        yf[i] = device::element_fp32(y_vec(i), y_k(i));
-        device::rope::rotate(xf[i], yf[i], c[i], s[i]);
-      }
-      KERNKIT_UNROLL
-      for (int i = 0; i < kPairs; ++i) {
-        x_vec(i)[x_k(i)] = device::cast<T>(xf[i]);
-        y_vec(i)[y_k(i)] = device::cast<T>(yf[i]);
-      }
-    }
-    KERNKIT_UNROLL
-    for (int v = 0; v < kLoad / kAccess; ++v) xv[v].store(x_at, v);
-    if constexpr (kIsNeox) {
-      KERNKIT_UNROLL
-      for (int v = 0; v < kLoad / kAccess; ++v) yv[v].store(base + L::kHalf + first, v);
-    }
+    if (pos >= 0 && pos < p.max_position) x.rotate(cache + pos * kRotDim, first);
+    x.store(base, first);
   }
 }
 
@@ -254,57 +277,63 @@ inline constexpr int kPairsFull = ::kernkit::device::rope::kPairsFull;
 inline constexpr int64_t kManyHeads = 32;
 inline constexpr int64_t kFewTokens = 256;
 
-/// \brief Check `head_dim` against the rotary dimension and verify the positions: `[tokens]`, int32
-/// or int64, binding the number of tokens.
+/// \brief The elements per head: `head_dim` as given, or (-1, not given) a 3-d q's last
+/// dimension; refused for a 2-d q, whose rows do not say where a head ends.
+template <int64_t kRotDim>
+inline int64_t head_dim_of(const tvm::ffi::TensorView& q, int64_t head_dim) {
+  if (head_dim != -1) return head_dim;
+  KERNKIT_CHECK(q.ndim() != 2, ValueError)
+      << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
+      << "ends: pass head_dim (sglang's and vLLM's head_size)";
+  return q.ndim() == 3 ? q.shape()[2] : kRotDim;  // another rank is refused naming 'q'
+}
+
+/// \brief What the rope launchers verify first: `head_dim` against the rotary dimension, the
+/// positions (`[tokens]`, int32 or int64, binding the tokens), q and k
+/// (`rows::verify_heads`), and the cache (`[max_position, kRotDim]`, contiguous, fp32 or `T`).
+struct QKViews {
+  rows::HeadsView q;     ///< q's heads.
+  rows::HeadsView k;     ///< k's heads.
+  int64_t max_position;  ///< The cache's rows.
+};
+
+/// \brief Verify positions, q, k and the cache (`QKViews`).
+/// \param head_dim Elements per head, or -1 (`head_dim_of`); set to the value used.
 template <typename T, int64_t kRotDim>
-inline void verify_positions(const tvm::ffi::TensorView& positions, int64_t head_dim, SymbolicSize& num_tokens,
-                             SymbolicDevice& device) {
+inline QKViews verify_qk(const tvm::ffi::TensorView& positions, const tvm::ffi::TensorView& q,
+                         const tvm::ffi::TensorView& k, const tvm::ffi::TensorView& cos_sin_cache, int64_t& head_dim,
+                         SymbolicSize& num_tokens, SymbolicDevice& device) {
+  head_dim = head_dim_of<kRotDim>(q, head_dim);
   KERNKIT_CHECK(head_dim >= kRotDim, ValueError)
       << "'head_dim': expected at least the rotary dimension " << kRotDim << " (the cache's row length), got "
       << head_dim;
+  device.set_options<kDLCUDA>();
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(positions,
                                                                                                  "positions");
-}
-
-/// \brief Verify the cache: `[max_position, kRotDim]`, contiguous, fp32 or `T`.
-/// \return Its number of rows (max_position).
-template <typename T, int64_t kRotDim>
-inline int64_t verify_cache(const tvm::ffi::TensorView& cos_sin_cache, SymbolicDevice& device) {
+  const auto qv = rows::verify_heads<T>(q, "q", num_tokens, head_dim, device);
+  const auto kv = rows::verify_heads<T>(k, "k", num_tokens, head_dim, device);
   SymbolicSize max_position{"max_position"};
   TensorMatcher({max_position, kRotDim}).with_device<kDLCUDA>(device).with_dtype<fp32_t, T>()
       .verify(cos_sin_cache, "cos_sin_cache");
-  return max_position.unwrap();
+  return QKViews{qv, kv, max_position.unwrap()};
 }
 
-/// \brief Pick the cache type and the widest access the addresses and strides allow (both are
-/// compiled into one module), and launch `rotary_kernel` on the current stream.
-/// \param p The call's pointers, strides and sizes (`num_tokens > 0`).
+/// \brief Pick the cache type and the widest access the addresses and strides allow (every
+/// choice is compiled into one module), and call `launch(TypeTag<CacheT>{},
+/// std::integral_constant<int, kVec>{})`.
+/// \param p The call's pointers, strides and sizes.
+/// \param bits The OR of every other pointer and byte stride the kernel moves q/k-sized vectors
+/// through (0 for rope alone).
 /// \param cache_fp32 Whether the cache is fp32 (else `T`).
-/// \param dev The tensors' device.
-template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
-inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) {
+/// \param launch The launch, generic in the cache type and the access width.
+template <typename T, int64_t kRotDim, bool kIsNeox, typename Launch>
+inline void with_layout(const RotaryParams& p, uint64_t bits, bool cache_fp32, Launch&& launch) {
   constexpr int kMaxVec = max_vec<T, kRotDim, kIsNeox, kPairsFull>();
   constexpr int kFewVec = kIsNeox ? max_vec<T, kRotDim, kIsNeox, 2 * kPairsFull>() : kMaxVec;
   const uint64_t qk_bits =
-      reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
+      bits | reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
       static_cast<uint64_t>(p.q_token_stride | p.q_head_stride | p.k_token_stride | p.k_head_stride) * sizeof(T);
   const uintptr_t cache_addr = reinterpret_cast<uintptr_t>(p.cos_sin);
-  const auto launch = [&](auto cache_tag, auto vec_tag) {
-    using CacheT = typename decltype(cache_tag)::type;
-    constexpr int kVec = decltype(vec_tag)::value;
-    using L = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
-    const auto kernel = rotary_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>;
-    const int64_t items = (p.q_heads + p.k_heads) * L::kItemsPerHead;
-    const dim3 block = block_shape(items);
-    const int64_t gx = div_ceil(items, static_cast<int64_t>(block.x));
-    // At most as many CTAs as the GPU holds at once (16 an SM, by the kernel's launch bounds,
-    // for up to `kPairsFull` pairs a thread); the kernel loops over the other tokens, so a CTA
-    // takes several in turn instead of one CTA starting per token.
-    const int64_t resident = int64_t{kBlocksPerSM} * runtime::get_sm_count(dev.device_id);
-    const int64_t gy = std::min({div_ceil(p.num_tokens, static_cast<int64_t>(block.y)),
-                                 std::max<int64_t>(1, resident / gx), kMaxBlocksY});
-    LaunchKernel(dim3(static_cast<uint32_t>(gx), static_cast<uint32_t>(gy)), block, dev).enable_pdl(kUsePDL)(kernel, p);
-  };
   const auto with_cache = [&](auto cache_tag) {
     using CacheT = typename decltype(cache_tag)::type;
     using Wide = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kMaxVec>;
@@ -326,6 +355,37 @@ inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) 
   } else {
     with_cache(TypeTag<T>{});
   }
+}
+
+/// \brief Launch `kernel(params)` on the current stream with `items` thread items a token: x
+/// over a token's items (`block_shape`), y over the tokens, at most as many CTAs as the GPU holds
+/// at once (`blocks_per_sm` an SM, which the kernel's launch bounds guarantee); the kernel loops
+/// over the other tokens, so a CTA takes several in turn instead of one CTA starting per token.
+template <bool kUsePDL, typename Kernel, typename Params>
+inline void launch_items(Kernel kernel, const Params& params, int64_t items, int64_t num_tokens,
+                         int32_t blocks_per_sm, DLDevice dev) {
+  const dim3 block = block_shape(items);
+  const int64_t gx = div_ceil(items, static_cast<int64_t>(block.x));
+  const int64_t resident = int64_t{blocks_per_sm} * runtime::get_sm_count(dev.device_id);
+  const int64_t gy = std::min({div_ceil(num_tokens, static_cast<int64_t>(block.y)),
+                               std::max<int64_t>(1, resident / gx), kMaxBlocksY});
+  LaunchKernel(dim3(static_cast<uint32_t>(gx), static_cast<uint32_t>(gy)), block, dev).enable_pdl(kUsePDL)(kernel,
+                                                                                                          params);
+}
+
+/// \brief Launch `rotary_kernel` for `p` (`num_tokens > 0`) on the current stream.
+/// \param p The call's pointers, strides and sizes.
+/// \param cache_fp32 Whether the cache is fp32 (else `T`).
+/// \param dev The tensors' device.
+template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
+inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) {
+  with_layout<T, kRotDim, kIsNeox>(p, 0, cache_fp32, [&](auto cache_tag, auto vec_tag) {
+    using CacheT = typename decltype(cache_tag)::type;
+    constexpr int kVec = decltype(vec_tag)::value;
+    using L = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
+    launch_items<kUsePDL>(rotary_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>, p,
+                          (p.q_heads + p.k_heads) * L::kItemsPerHead, p.num_tokens, kBlocksPerSM, dev);
+  });
 }
 
 }  // namespace rope
@@ -350,19 +410,12 @@ void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tv
   using namespace host;
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "rotary_embedding: T must be fp16_t, bf16_t or fp32_t");
-  if (head_dim == -1) {
-    KERNKIT_CHECK(q.ndim() != 2, ValueError)
-        << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
-        << "ends: pass head_dim (sglang's and vLLM's head_size)";
-    head_dim = q.ndim() == 3 ? q.shape()[2] : kRotDim;  // another rank is refused naming 'q'
-  }
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicDevice device;
-  device.set_options<kDLCUDA>();
-  rope::verify_positions<T, kRotDim>(positions, head_dim, num_tokens, device);
-  const auto qv = rows::verify_heads<T>(q, "q", num_tokens, head_dim, device);
-  const auto kv = rows::verify_heads<T>(k, "k", num_tokens, head_dim, device);
-  const int64_t max_position = rope::verify_cache<T, kRotDim>(cos_sin_cache, device);
+  const rope::QKViews qk = rope::verify_qk<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
+  const rows::HeadsView& qv = qk.q;
+  const rows::HeadsView& kv = qk.k;
+  const int64_t max_position = qk.max_position;
   check_no_overlap({{q, "q"}, {k, "k"}}, {{cos_sin_cache, "cos_sin_cache"}, {positions, "positions"}});
   const int64_t n = num_tokens.unwrap();
   if (n == 0) return;

@@ -1,0 +1,186 @@
+"""kernkit.ops.rotary_embedding_store on CPU tensors, through the CPU emulator: bit for bit the
+result of ``rotary_embedding`` followed by ``store_cache`` (kernkit's two ops, and the torch
+reference of the two), over neox and gpt-j, partial rotary, 2-d and 3-d q/k/v and caches, slices
+of a fused QKV tensor, strided cache rows, misaligned views, out-of-range positions and cache
+rows, and every launch shape; then the errors and the custom op.
+
+Four specializations are built, those of ``test_rope.py``: bf16/rot 128/neox, fp16/rot
+64/gpt-j, fp32/rot 32/gpt-j (head_dim 64: partial) and fp16/rot 6/neox (head_dim 10: the scalar
+variant only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import reference
+from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
+from test_rope import MAX_POS, make_cache, rand
+
+bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+
+#: (dtype, head_dim, rot_dim, is_neox): one build each.
+SPECS = [(bf16, 128, 128, True), (fp16, 64, 64, False), (fp32, 64, 32, False), (fp16, 10, 6, True)]
+POOL = 23
+
+
+def call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim=None, pair=True):
+    """The fused op, the two ops in sequence (unless not ``pair``) and the reference, each on its
+    own copies; asserts they give the same bits in q, k and both caches, and returns the fused
+    op's tensors."""
+    def copies():
+        return [t.clone() for t in (q, k, k_cache, v_cache)]
+
+    fused, seq, ref = copies(), copies(), copies()
+    rotary_embedding_store(positions, fused[0], fused[1], v, cache, fused[2], fused[3], out_loc, is_neox,
+                           head_dim=head_dim)
+    reference.rotary_embedding_store(positions, ref[0], ref[1], v, cache, ref[2], ref[3], out_loc, is_neox, head_dim)
+    for name, a, c in zip(("q", "k", "k_cache", "v_cache"), fused, ref):
+        assert torch.equal(a, c), f"{name}: fused != reference"
+    if pair:
+        rotary_embedding(positions, seq[0], seq[1], cache, is_neox, head_dim=head_dim)
+        n = positions.shape[0]
+        as_cache = (lambda t: t.reshape(n, *k_cache.shape[1:])) if k.dim() != k_cache.dim() else (lambda t: t)
+        store_cache(seq[2], seq[3], out_loc, as_cache(seq[1]), as_cache(v))
+        for name, a, b in zip(("q", "k", "k_cache", "v_cache"), fused, seq):
+            assert torch.equal(a, b), f"{name}: fused != rotary_embedding + store_cache"
+    return fused
+
+
+def cache_rows(rows: torch.Tensor, pool: int = POOL) -> torch.Tensor:
+    """Distinct in-range cache rows, one per token (as a serving engine allots them)."""
+    return torch.randperm(pool, generator=torch.Generator().manual_seed(rows.numel()))[: rows.numel()]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s[0]}-d{s[1]}-r{s[2]}-{'neox' if s[3] else 'gptj'}")
+@pytest.mark.parametrize("layout", ["3d", "2d"])
+@pytest.mark.parametrize("cache_dtype", ["fp32", "q"])
+def test_equals_rotary_embedding_then_store_cache(spec, layout, cache_dtype):
+    dtype, head_dim, rot_dim, is_neox = spec
+    tokens, hq, hk = 7, 4, 2
+    q, k, v = rand((tokens, hq, head_dim), dtype, 1), rand((tokens, hk, head_dim), dtype, 2), rand(
+        (tokens, hk, head_dim), dtype, 3)
+    k_cache = rand((POOL, hk, head_dim), dtype, 4)
+    v_cache = rand((POOL, hk, head_dim), dtype, 5)
+    if layout == "2d":
+        q, k, v = (t.reshape(tokens, -1) for t in (q, k, v))
+        k_cache, v_cache = (t.reshape(POOL, -1) for t in (k_cache, v_cache))
+    cache = make_cache(rot_dim, fp32 if cache_dtype == "fp32" else dtype)
+    positions = torch.randint(MAX_POS, (tokens,), generator=torch.Generator().manual_seed(6))
+    out_loc = cache_rows(positions)
+    q0, kc0 = q.clone(), k_cache.clone()
+    q1, k1, kc1, vc1 = call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim)
+    assert not torch.equal(q1, q0)
+    stored = out_loc.long()
+    assert torch.equal(kc1[stored].reshape(tokens, -1), k1.reshape(tokens, -1))
+    assert torch.equal(vc1[stored].reshape(tokens, -1), v.reshape(tokens, -1))
+    untouched = torch.ones(POOL, dtype=torch.bool)
+    untouched[stored] = False
+    assert torch.equal(kc1[untouched], kc0[untouched])
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64], ids=str)
+def test_out_of_range_positions_and_cache_rows_are_skipped(index_dtype):
+    """A position out of range leaves q and k unrotated (and k is stored as it is); an out_loc
+    entry out of range writes no cache row, while the token's q and k are still rotated."""
+    bad = [-1, POOL, 2**31 - 1, -(2**31)] + ([2**32 + 3, -(2**62)] if index_dtype == torch.int64 else [])
+    tokens = 2 * len(bad)
+    positions = torch.tensor([MAX_POS + 5 if i % 3 == 0 else i for i in range(tokens)], dtype=index_dtype)
+    out_loc = torch.tensor([bad[i // 2] if i % 2 else i for i in range(tokens)], dtype=index_dtype)
+    q, k, v = rand((tokens, 3, 128), bf16, 7), rand((tokens, 2, 128), bf16, 8), rand((tokens, 2, 128), bf16, 9)
+    k_cache, v_cache = rand((POOL, 256), bf16, 10), rand((POOL, 256), bf16, 11)
+    q1, k1, kc1, vc1 = call(positions, q, k, v, make_cache(128), k_cache, v_cache, out_loc, True)
+    skipped_pos = (positions < 0) | (positions >= MAX_POS)
+    assert torch.equal(k1[skipped_pos], k[skipped_pos]) and not torch.equal(k1[~skipped_pos], k[~skipped_pos])
+    written = torch.zeros(POOL, dtype=torch.bool)
+    written[out_loc[out_loc.ge(0) & out_loc.lt(POOL)].long()] = True
+    assert torch.equal(kc1[~written], k_cache[~written]) and torch.equal(vc1[~written], v_cache[~written])
+
+
+def test_fused_qkv_slices_strided_cache_rows_and_partial_rotary():
+    """q, k and v as column slices of one QKV tensor (2-d, token stride > row), caches whose rows
+    are slices of wider rows, rot_dim 32 of head_dim 64: the elements after rot_dim are copied."""
+    tokens, hq, hk, d = 9, 4, 2, 64
+    qkv = rand((tokens, (hq + 2 * hk) * d), fp32, 12)
+    q, k, v = qkv[:, : hq * d], qkv[:, hq * d : (hq + hk) * d], qkv[:, (hq + hk) * d :]
+    wide_k, wide_v = rand((POOL, hk * d + 16), fp32, 13), rand((POOL, hk * d + 16), fp32, 14)
+    k_cache, v_cache = wide_k[:, : hk * d], wide_v[:, : hk * d]
+    positions = torch.arange(tokens) * 7
+    out_loc = cache_rows(positions)
+    fused = call(positions, q, k, v, make_cache(32), k_cache, v_cache, out_loc, False, head_dim=d)
+    assert torch.equal(fused[2][out_loc][:, 32:64], k[:, 32:64])  # head 0's unrotated tail
+
+    # 3-d views with a head stride of their own (heads padded by 8 elements), which store_cache
+    # refuses (it copies whole rows) and the fused op takes (it moves k and v head by head).
+    padded = rand((tokens, hq + 2 * hk, d + 8), fp32, 15)
+    q3, k3, v3 = padded[:, :hq, :d], padded[:, hq : hq + hk, :d], padded[:, hq + hk :, :d]
+    call(positions, q3, k3, v3, make_cache(32), rand((POOL, hk, d), fp32, 16), rand((POOL, hk, d), fp32, 17),
+         out_loc, False, pair=False)
+
+
+def test_misaligned_views_take_the_scalar_path():
+    tokens, d = 5, 128
+    buf = rand((tokens * 3 * d + 1,), bf16, 18)
+    q = buf[1 : 1 + tokens * 2 * d].view(tokens, 2 * d)  # starts one element into its buffer
+    k = rand((tokens, d), bf16, 19)
+    v_buf = rand((tokens * d + 1,), bf16, 20)
+    v = v_buf[1:].view(tokens, d)
+    positions = torch.tensor([3, 0, 96, 40, 41])
+    call(positions, q, k, v, make_cache(128), rand((POOL, d), bf16, 21), rand((POOL, d), bf16, 22),
+         cache_rows(positions), True, head_dim=d)
+
+
+@pytest.mark.parametrize("dtype", [bf16, fp32])
+@pytest.mark.parametrize("tokens", [1, 3, 256, 257, 700])
+def test_every_launch_shape(dtype, tokens):
+    """Neox with 40 heads takes 8 pairs a thread up to 256 tokens and 4 beyond; at 700 tokens the
+    CTAs loop over tokens. A quarter of the positions and of the cache rows are out of range."""
+    pool = 1024
+    q, k, v = rand((tokens, 32, 128), dtype, 23), rand((tokens, 8, 128), dtype, 24), rand((tokens, 8, 128), dtype, 25)
+    gen = torch.Generator().manual_seed(26)
+    positions = torch.randint(-MAX_POS // 3, MAX_POS, (tokens,), generator=gen)
+    out_loc = torch.randperm(pool + pool // 3, generator=gen)[:tokens] - pool // 3 // 2
+    call(positions, q, k, v, make_cache(128), torch.zeros(pool, 8 * 128, dtype=dtype),
+         torch.zeros(pool, 8 * 128, dtype=dtype), out_loc, True)
+
+
+def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
+    empty = torch.empty(0, 1, 128, dtype=bf16)
+    kc = rand((POOL, 128), bf16, 27)
+    before = kc.clone()
+    rotary_embedding_store(torch.empty(0, dtype=torch.int64), empty, empty.clone(), empty.clone(), make_cache(128),
+                           kc, kc.clone(), torch.empty(0, dtype=torch.int64))
+    assert torch.equal(kc, before)
+    q, k, v = rand((2, 1, 128), bf16, 28), rand((2, 1, 128), bf16, 29), rand((2, 1, 128), bf16, 30)
+    want = [t.clone() for t in (q, k, kc, kc)]
+    reference.rotary_embedding_store(torch.tensor([7, 8]), want[0], want[1], v, make_cache(128), want[2], want[3],
+                                     torch.tensor([4, 9]))
+    vc = kc.clone()
+    torch.ops.kernkit.rotary_embedding_store(torch.tensor([7, 8]), q, k, v, make_cache(128), kc, vc,
+                                             torch.tensor([4, 9]), True)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, kc, vc), want))
+
+
+def test_specializations_describe_the_builds():
+    specializations = next(op for op in registered_ops()
+                           if op.qualname == "kernkit::rotary_embedding_store").specializations
+    specs = specializations(dtypes=[bf16, fp32], head_dim=128, rot_dim=64, is_neox="false", backend="emu")
+    assert [s.title for s in specs] == ["rotary_embedding_store<bf16_t, 64, false, false>",
+                                        "rotary_embedding_store<fp32_t, 64, false, false>"]
+
+
+def test_traced_by_torch_compile_as_one_mutating_op():
+    """Under torch.compile (aot_eager) the call is the custom op and mutates q, k and the caches."""
+    def fn(positions, q, k, v, cache, kc, vc, loc):
+        q = q * 2.0
+        rotary_embedding_store(positions, q, k, v, cache, kc, vc, loc)
+        return q, k
+
+    q, k, v = rand((5, 2, 128), bf16, 31), rand((5, 1, 128), bf16, 32), rand((5, 1, 128), bf16, 33)
+    positions, loc, cache = torch.tensor([0, 9, 3, 96, 200]), torch.tensor([1, 5, -1, 7, 30]), make_cache(128)
+    kc, vc = torch.zeros(POOL, 128, dtype=bf16), torch.zeros(POOL, 128, dtype=bf16)
+    want = [q * 2.0, k.clone(), kc.clone(), vc.clone()]
+    reference.rotary_embedding_store(positions, want[0], want[1], v, cache, want[2], want[3], loc)
+    torch._dynamo.reset()
+    got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k, v, cache, kc, vc, loc)
+    assert all(torch.equal(a, b) for a, b in zip((got_q, got_k, kc, vc), want))

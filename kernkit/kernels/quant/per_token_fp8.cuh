@@ -76,6 +76,45 @@ KERNKIT_DEVICE float divide_by_recip(float x, float scale, float recip) {
   return x == 0.0f ? x : __fmaf_rn(e, recip, q0);
 }
 
+/// \brief Call `f(divide)` with the one way to divide by `scale` a whole row (or group) takes:
+/// a branch per row, not per value. From the reciprocal where the scale allows (every finite
+/// scale of 2^-69 or more: a row whose max|x| is 2^-60 or more), else the division itself (a
+/// zero scale, tinier ones, infinities and NaN). Both give `x / scale` as E4M3 rounds it.
+/// \param scale The row's scale.
+/// \param f Called once with a `float(float)` callable.
+template <typename F>
+KERNKIT_DEVICE void with_divide(float scale, F&& f) {
+  if (scale >= kRecipMinScale && scale <= 3.4028234663852886e38f) {
+    const float recip = __frcp_rn(scale);
+    f([=](float x) { return divide_by_recip(x, scale, recip); });
+  } else {
+    const bool zero = scale == 0.0f;
+    f([=](float x) { return divide(x, scale, zero); });
+  }
+}
+
+/// \brief Store `divide(v[k])` rounded to E4M3 (`cast`, saturating) as vector `j` of `kVecN`
+/// values of `dst`: 4 values a store where `kVecN` allows.
+template <int kVecN, typename Divide>
+KERNKIT_DEVICE void store_e4m3(fp8_e4m3_t* __restrict__ dst, int64_t j, const float (&v)[kVecN], Divide divide) {
+  if constexpr (kVecN % 4 == 0) {
+    AlignedVector<fp8x4_e4m3_t, kVecN / 4> out;
+    KERNKIT_UNROLL
+    for (int k = 0; k < kVecN / 4; ++k) {
+      fp32x4_t f;
+      f.x = divide(v[4 * k + 0]);
+      f.y = divide(v[4 * k + 1]);
+      f.z = divide(v[4 * k + 2]);
+      f.w = divide(v[4 * k + 3]);
+      out[k] = cast<fp8x4_e4m3_t>(f);
+    }
+    out.store(reinterpret_cast<fp8x4_e4m3_t*>(dst), j);
+  } else {
+    KERNKIT_UNROLL
+    for (int k = 0; k < kVecN; ++k) dst[j * kVecN + k] = cast<fp8_e4m3_t>(divide(v[k]));
+  }
+}
+
 }  // namespace quant
 }  // namespace device
 
@@ -95,7 +134,6 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
                                            const T* __restrict__ x, int64_t x_stride) {
   using Layout = device::quant::RowLayout<kHidden, kVecN>;
   using vec_t = device::AlignedVector<T, kVecN>;
-  constexpr bool kPacked = kVecN % 4 == 0;
   __shared__ uint32_t smem[Layout::kThreads / 32];
 
   const int64_t row = blockIdx.x;
@@ -131,40 +169,13 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
   const float scale = __fdiv_rn(__uint_as_float(amax_bits), DTypeTrait<fp8_e4m3_t>::kFloatMax);
   if (threadIdx.x == 0) scales[row] = scale;
 
-  // The whole row takes one way to divide (a branch per row, not per value): from the
-  // reciprocal where the scale allows (every finite row whose max|x| is 2^-60 or more), else
-  // the division itself (a zero row, tinier rows, infinities and NaN).
-  const auto store = [&](auto divide) {
+  device::quant::with_divide(scale, [&](auto divide) {
     KERNKIT_UNROLL
     for (int64_t it = 0; it < Layout::kIters; ++it) {
       const int64_t j = it * Layout::kThreads + threadIdx.x;
-      if (Layout::kExact || j < Layout::kVecs) {
-        if constexpr (kPacked) {
-          device::AlignedVector<fp8x4_e4m3_t, kVecN / 4> out;
-          KERNKIT_UNROLL
-          for (int k = 0; k < kVecN / 4; ++k) {
-            fp32x4_t f;
-            f.x = divide(v[it][4 * k + 0]);
-            f.y = divide(v[it][4 * k + 1]);
-            f.z = divide(v[it][4 * k + 2]);
-            f.w = divide(v[it][4 * k + 3]);
-            out[k] = device::cast<fp8x4_e4m3_t>(f);
-          }
-          out.store(reinterpret_cast<fp8x4_e4m3_t*>(dst), j);
-        } else {
-          KERNKIT_UNROLL
-          for (int k = 0; k < kVecN; ++k) dst[j * kVecN + k] = device::cast<fp8_e4m3_t>(divide(v[it][k]));
-        }
-      }
+      if (Layout::kExact || j < Layout::kVecs) device::quant::store_e4m3(dst, j, v[it], divide);
     }
-  };
-  if (scale >= device::quant::kRecipMinScale && scale <= 3.4028234663852886e38f) {
-    const float recip = __frcp_rn(scale);
-    store([=](float x) { return device::quant::divide_by_recip(x, scale, recip); });
-  } else {
-    const bool zero_row = scale == 0.0f;
-    store([=](float x) { return device::quant::divide(x, scale, zero_row); });
-  }
+  });
 
   device::PDLTriggerSecondary<kUsePDL>();
 }

@@ -107,7 +107,6 @@ __global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN>:
                                      int64_t col_stride, float eps) {
   using Layout = device::quant::GroupLayout<kGroupSize, kVecN>;
   using vec_t = device::AlignedVector<T, kVecN>;
-  constexpr bool kPacked = kVecN % 4 == 0;
   constexpr uint32_t kThreads = static_cast<uint32_t>(Layout::kThreads);
   const uint32_t lane = threadIdx.x % kThreads;
   const uint32_t group = blockIdx.x * static_cast<uint32_t>(Layout::kGroupsPerBlock) + threadIdx.x / kThreads;
@@ -162,36 +161,12 @@ __global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN>:
       }
     }
 
-    // The whole group takes one way to divide, as a row of per_token_quant_fp8 does.
-    const auto store = [&](auto divide) {
+    device::quant::with_divide(scale, [&](auto divide) {
       KERNKIT_UNROLL
       for (int64_t i = 0; i < Layout::kPerThread; ++i) {
-        const int64_t j = lane + i * Layout::kThreads;
-        if constexpr (kPacked) {
-          device::AlignedVector<fp8x4_e4m3_t, kVecN / 4> out;
-          KERNKIT_UNROLL
-          for (int k = 0; k < kVecN / 4; ++k) {
-            fp32x4_t f;
-            f.x = divide(v[i][4 * k + 0]);
-            f.y = divide(v[i][4 * k + 1]);
-            f.z = divide(v[i][4 * k + 2]);
-            f.w = divide(v[i][4 * k + 3]);
-            out[k] = device::cast<fp8x4_e4m3_t>(f);
-          }
-          out.store(reinterpret_cast<fp8x4_e4m3_t*>(dst), j);
-        } else {
-          KERNKIT_UNROLL
-          for (int k = 0; k < kVecN; ++k) dst[j * kVecN + k] = device::cast<fp8_e4m3_t>(divide(v[i][k]));
-        }
+        device::quant::store_e4m3(dst, lane + i * Layout::kThreads, v[i], divide);
       }
-    };
-    if (scale >= device::quant::kRecipMinScale && scale <= 3.4028234663852886e38f) {
-      const float recip = __frcp_rn(scale);
-      store([=](float value) { return device::quant::divide_by_recip(value, scale, recip); });
-    } else {
-      const bool zero_group = scale == 0.0f;
-      store([=](float value) { return device::quant::divide(value, scale, zero_group); });
-    }
+    });
   }
 
   device::PDLTriggerSecondary<kUsePDL>();

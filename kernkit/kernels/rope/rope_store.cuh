@@ -145,39 +145,30 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
                             tvm::ffi::TensorView v, tvm::ffi::TensorView cos_sin_cache, tvm::ffi::TensorView k_cache,
                             tvm::ffi::TensorView v_cache, tvm::ffi::TensorView out_loc, int64_t head_dim) {
   using namespace host;
-  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
-                "rotary_embedding_store: T must be fp16_t, bf16_t or fp32_t");
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicDevice device;
-  const rope::QKViews qk = rope::verify_qk<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
-  const rows::HeadsView& qv = qk.q;
-  const rows::HeadsView& kv = qk.k;
-  const int64_t max_position = qk.max_position;
+  const RotaryParams rp = rope::verify_rope<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
+  const int64_t k_heads = rp.k_heads;
   const auto vv = rows::verify_heads<T>(v, "v", num_tokens, head_dim, device);
-  KERNKIT_CHECK(vv.heads == kv.heads, ValueError)
-      << "'v': expected the heads of k (" << kv.heads << " of " << head_dim << " elements), got " << vv.heads;
+  KERNKIT_CHECK(vv.heads == k_heads, ValueError)
+      << "'v': expected the heads of k (" << k_heads << " of " << head_dim << " elements), got " << vv.heads;
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(out_loc, "out_loc");
   // A cache row is a token's k heads, whether the caches are 2-d or 3-d.
   SymbolicSize pool{"pool"};
   SymbolicDType dtype;
   dtype.set_options<T>();
   rows::RowShape row;
-  row.heads.set_value(kv.heads);
+  row.heads.set_value(k_heads);
   row.head_dim.set_value(head_dim);
-  row.elems.set_value(kv.heads * head_dim);
-  const auto kc = rows::verify_rows(k_cache, "k_cache", kv.heads * head_dim, pool, row, dtype, device, true);
-  const auto vc = rows::verify_rows(v_cache, "v_cache", kv.heads * head_dim, pool, row, dtype, device, true);
+  row.elems.set_value(k_heads * head_dim);
+  const auto kc = rows::verify_rows(k_cache, "k_cache", k_heads * head_dim, pool, row, dtype, device, true);
+  const auto vc = rows::verify_rows(v_cache, "v_cache", k_heads * head_dim, pool, row, dtype, device, true);
   check_no_overlap({{q, "q"}, {k, "k"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},
                    {{v, "v"}, {cos_sin_cache, "cos_sin_cache"}, {positions, "positions"}, {out_loc, "out_loc"}});
-  const int64_t n = num_tokens.unwrap();
-  if (n == 0) return;
+  if (rp.num_tokens == 0) return;
 
   constexpr int64_t kElem = sizeof(T);
-  RotaryStoreParams sp{RotaryParams{qv.data, kv.data, data_ptr<const void>(cos_sin_cache),
-                                    data_ptr<const void>(positions), qv.token_stride, qv.head_stride, kv.token_stride,
-                                    kv.head_stride, n, max_position, qv.heads, kv.heads,
-                                    positions.dtype().bits == 64},
-                       vv.data, kc.data, vc.data, data_ptr<const void>(out_loc), vv.token_stride, vv.head_stride,
+  RotaryStoreParams sp{rp, vv.data, kc.data, vc.data, data_ptr<const void>(out_loc), vv.token_stride, vv.head_stride,
                        kc.row_stride_bytes / kElem, vc.row_stride_bytes / kElem, pool.unwrap(), head_dim, 0, 0, 0,
                        out_loc.dtype().bits == 64};
   // The copies move vectors of the q/k access width through v and the caches, and start at
@@ -195,9 +186,9 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
     const auto kernel = rotary_store_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>;
     sp.tail_vecs = (head_dim - kRotDim) / Item::kAccess;
     sp.copy_vecs = sp.tail_vecs + head_dim / Item::kAccess;
-    sp.copy_first = div_ceil((kv.heads + qv.heads) * Item::L::kItemsPerHead, int64_t{32}) * 32;
-    const int64_t items = sp.copy_first + kv.heads * sp.copy_vecs;
-    rope::launch_items<kUsePDL>(kernel, sp, items, n, kStoreBlocksPerSM<kIsNeox>, dev);
+    sp.copy_first = div_ceil((rp.q_heads + k_heads) * Item::L::kItemsPerHead, int64_t{32}) * 32;
+    const int64_t items = sp.copy_first + k_heads * sp.copy_vecs;
+    rope::launch_items<kUsePDL>(kernel, sp, items, rp.num_tokens, kStoreBlocksPerSM<kIsNeox>, dev);
   });
 }
 

@@ -277,33 +277,24 @@ inline constexpr int kPairsFull = ::kernkit::device::rope::kPairsFull;
 inline constexpr int64_t kManyHeads = 32;
 inline constexpr int64_t kFewTokens = 256;
 
-/// \brief The elements per head: `head_dim` as given, or (-1, not given) a 3-d q's last
-/// dimension; refused for a 2-d q, whose rows do not say where a head ends.
-template <int64_t kRotDim>
-inline int64_t head_dim_of(const tvm::ffi::TensorView& q, int64_t head_dim) {
-  if (head_dim != -1) return head_dim;
-  KERNKIT_CHECK(q.ndim() != 2, ValueError)
-      << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
-      << "ends: pass head_dim (sglang's and vLLM's head_size)";
-  return q.ndim() == 3 ? q.shape()[2] : kRotDim;  // another rank is refused naming 'q'
-}
-
-/// \brief What the rope launchers verify first: `head_dim` against the rotary dimension, the
-/// positions (`[tokens]`, int32 or int64, binding the tokens), q and k
+/// \brief Verify what both rope launchers take, and gather it: `head_dim` (-1, not given: a 3-d
+/// q's last dimension; refused for a 2-d q, whose rows do not say where a head ends) against the
+/// rotary dimension, the positions (`[tokens]`, int32 or int64, binding the tokens), q and k
 /// (`rows::verify_heads`), and the cache (`[max_position, kRotDim]`, contiguous, fp32 or `T`).
-struct QKViews {
-  rows::HeadsView q;     ///< q's heads.
-  rows::HeadsView k;     ///< k's heads.
-  int64_t max_position;  ///< The cache's rows.
-};
-
-/// \brief Verify positions, q, k and the cache (`QKViews`).
-/// \param head_dim Elements per head, or -1 (`head_dim_of`); set to the value used.
+/// \param head_dim Elements per head, or -1; set to the value used.
+/// \return The call's pointers, strides and sizes.
 template <typename T, int64_t kRotDim>
-inline QKViews verify_qk(const tvm::ffi::TensorView& positions, const tvm::ffi::TensorView& q,
-                         const tvm::ffi::TensorView& k, const tvm::ffi::TensorView& cos_sin_cache, int64_t& head_dim,
-                         SymbolicSize& num_tokens, SymbolicDevice& device) {
-  head_dim = head_dim_of<kRotDim>(q, head_dim);
+inline RotaryParams verify_rope(const tvm::ffi::TensorView& positions, const tvm::ffi::TensorView& q,
+                                const tvm::ffi::TensorView& k, const tvm::ffi::TensorView& cos_sin_cache,
+                                int64_t& head_dim, SymbolicSize& num_tokens, SymbolicDevice& device) {
+  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
+                "rope: T must be fp16_t, bf16_t or fp32_t");
+  if (head_dim == -1) {
+    KERNKIT_CHECK(q.ndim() != 2, ValueError)
+        << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
+        << "ends: pass head_dim (sglang's and vLLM's head_size)";
+    head_dim = q.ndim() == 3 ? q.shape()[2] : kRotDim;  // another rank is refused naming 'q'
+  }
   KERNKIT_CHECK(head_dim >= kRotDim, ValueError)
       << "'head_dim': expected at least the rotary dimension " << kRotDim << " (the cache's row length), got "
       << head_dim;
@@ -315,7 +306,9 @@ inline QKViews verify_qk(const tvm::ffi::TensorView& positions, const tvm::ffi::
   SymbolicSize max_position{"max_position"};
   TensorMatcher({max_position, kRotDim}).with_device<kDLCUDA>(device).with_dtype<fp32_t, T>()
       .verify(cos_sin_cache, "cos_sin_cache");
-  return QKViews{qv, kv, max_position.unwrap()};
+  return RotaryParams{qv.data, kv.data, data_ptr<const void>(cos_sin_cache), data_ptr<const void>(positions),
+                      qv.token_stride, qv.head_stride, kv.token_stride, kv.head_stride, num_tokens.unwrap(),
+                      max_position.unwrap(), qv.heads, kv.heads, positions.dtype().bits == 64};
 }
 
 /// \brief Pick the cache type and the widest access the addresses and strides allow (every
@@ -408,20 +401,12 @@ template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
 void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                       tvm::ffi::TensorView cos_sin_cache, int64_t head_dim) {
   using namespace host;
-  static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
-                "rotary_embedding: T must be fp16_t, bf16_t or fp32_t");
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicDevice device;
-  const rope::QKViews qk = rope::verify_qk<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
-  const rows::HeadsView& qv = qk.q;
-  const rows::HeadsView& kv = qk.k;
-  const int64_t max_position = qk.max_position;
+  const RotaryParams params =
+      rope::verify_rope<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
   check_no_overlap({{q, "q"}, {k, "k"}}, {{cos_sin_cache, "cos_sin_cache"}, {positions, "positions"}});
-  const int64_t n = num_tokens.unwrap();
-  if (n == 0) return;
-  const RotaryParams params{qv.data, kv.data, data_ptr<const void>(cos_sin_cache), data_ptr<const void>(positions),
-                            qv.token_stride, qv.head_stride, kv.token_stride, kv.head_stride,
-                            n, max_position, qv.heads, kv.heads, positions.dtype().bits == 64};
+  if (params.num_tokens == 0) return;
   rope::launch_rotary<T, kRotDim, kIsNeox, kUsePDL>(params, is_type<fp32_t>(cos_sin_cache.dtype()), device.unwrap());
 }
 

@@ -274,7 +274,8 @@ def bench_rope_store(sgl, compile_: bool) -> list[str]:
                 if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
                     fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c], is_neox)
                 us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
-                rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens, *(us.get(m, float("nan")) for m in names),
+                rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
+                             *(us.get(m, float("nan")) for m in names),
                              _ratio(us), us["kernkit"] / us["kernkit rope + store"],
                              100 * moved / (us["kernkit"] * 1e-6) / (bw * 1e12)])
                 del qs, ks, vs, ps, ls

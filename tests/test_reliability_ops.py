@@ -677,57 +677,70 @@ def quant_params(draw):
     )
 
 
-def quant_args(a: Arena, p: dict) -> dict:
-    shape = (p["tokens"], QUANT_HIDDEN)
+def quant_x_out(a: Arena, p: dict, hidden: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The fp8 quant ops' ``x`` (``[tokens, hidden]``, laid out as ``p["x_layout"]``, random
+    normal values: no NaN bit patterns) and ``out`` (None, or fp8 laid out as ``p["out"]``)."""
+    shape = (p["tokens"], hidden)
     x = a.tensor(shape, p["dtype"], p["x_layout"])
     rows = x[:1] if p["x_layout"] == "expand" else x  # every row of an expanded x is row 0
-    rows.copy_(torch.randn(rows.shape, generator=a.gen).to(p["dtype"]))  # no NaN bit patterns
+    rows.copy_(torch.randn(rows.shape, generator=a.gen).to(p["dtype"]))
     a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
-    out = None if p["out"] is None else a.tensor(shape, fp8, p["out"])
+    return x, None if p["out"] is None else a.tensor(shape, fp8, p["out"])
+
+
+def quant_args(a: Arena, p: dict) -> dict:
+    x, out = quant_x_out(a, p, QUANT_HIDDEN)
     return dict(x=x, out=out)
 
 
-def _quant_shape(p):
-    return (p["tokens"], QUANT_HIDDEN)
+def quant_io_bad(hidden: int, hidden_deltas: list[int], split: tuple[int, int]) -> tuple[list[Bad], list[Bad]]:
+    """The bad ``x`` and ``out`` both fp8 quant ops refuse, for rows of ``hidden`` elements:
+    ``out`` wider or narrower by ``hidden_deltas``, or of rank 3 as ``[tokens, *split]``."""
+    def shape(p):
+        return (p["tokens"], hidden)
+
+    x = [
+        Bad("x", "dtype", TypeError,
+            lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
+                [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64, fp8])))),
+        Bad("x", "step 2 in the last dimension", ValueError,
+            lambda a, p, d: a.tensor((max(p["tokens"], 1), hidden), p["dtype"], "step2")),
+        Bad("x", "transposed", ValueError, lambda a, p, d: a.tensor((hidden, max(p["tokens"], 2)), p["dtype"]).t()),
+        Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(shape(p), p["dtype"])),
+        Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 2.0]], 2.0]))),
+        Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(shape(p), p["dtype"]))),
+    ]
+    out = [
+        Bad("out", "dtype", TypeError,
+            lambda a, p, d: a.tensor(shape(p), d.draw(st.sampled_from(
+                [p["dtype"], fp16, torch.uint8, torch.int8, torch.float8_e5m2])))),
+        Bad("out", "other rows", ValueError,
+            lambda a, p, d: a.tensor((p["tokens"] + d.draw(st.sampled_from([1, 5])), hidden), fp8)),
+        Bad("out", "other hidden size", ValueError,
+            lambda a, p, d: a.tensor((p["tokens"], hidden + d.draw(st.sampled_from(hidden_deltas))), fp8)),
+        Bad("out", "other rank, same elements", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["tokens"] * hidden,), (p["tokens"], *split)])), fp8)),
+        Bad("out", "non-contiguous", ValueError,
+            lambda a, p, d: a.tensor((max(p["tokens"], 2), hidden), fp8, d.draw(st.sampled_from(["step2", "padded"])))),
+        Bad("out", "transposed", ValueError, lambda a, p, d: a.tensor((hidden, max(p["tokens"], 2)), fp8).t()),
+        Bad("out", "stride 0 (expand)", ValueError,
+            lambda a, p, d: a.tensor((max(p["tokens"], 2), hidden), fp8, "expand")),
+        Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(shape(p), fp8)),
+        Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+        Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(shape(p), fp8))),
+        Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(shape(p), fp8))),
+        Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(shape(p), fp8)),
+        Bad("out", f"{SHARED}: x's bytes", ValueError,
+            lambda a, p, d: a.alias(p["args"]["x"], shape(p), fp8, d.draw(st.sampled_from([0, 1, 17])))),
+    ]
+    return x, out
 
 
-QUANT_BAD = [
-    Bad("x", "dtype", TypeError,
-        lambda a, p, d: a.tensor(_quant_shape(p), d.draw(st.sampled_from(
-            [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64, fp8])))),
+_QUANT_X_BAD, _QUANT_OUT_BAD = quant_io_bad(QUANT_HIDDEN, [-1, 1, 32], (2, 16))
+QUANT_BAD = _QUANT_X_BAD + [
     Bad("x", "0-d", ValueError, lambda a, p, d: a.tensor((), p["dtype"])),
     Bad("x", "hidden size 0", ValueError, lambda a, p, d: a.tensor((max(p["tokens"], 1), 0), p["dtype"])),
-    Bad("x", "step 2 in the last dimension", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 1), QUANT_HIDDEN), p["dtype"], "step2")),
-    Bad("x", "transposed", ValueError,
-        lambda a, p, d: a.tensor((QUANT_HIDDEN, max(p["tokens"], 2)), p["dtype"]).t()),
-    Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_quant_shape(p), p["dtype"])),
-    Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 2.0]], 2.0]))),
-    Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_quant_shape(p), p["dtype"]))),
-    Bad("out", "dtype", TypeError,
-        lambda a, p, d: a.tensor(_quant_shape(p), d.draw(st.sampled_from(
-            [p["dtype"], fp16, torch.uint8, torch.int8, torch.float8_e5m2])))),
-    Bad("out", "other rows", ValueError,
-        lambda a, p, d: a.tensor((p["tokens"] + d.draw(st.sampled_from([1, 5])), QUANT_HIDDEN), fp8)),
-    Bad("out", "other hidden size", ValueError,
-        lambda a, p, d: a.tensor((p["tokens"], QUANT_HIDDEN + d.draw(st.sampled_from([-1, 1, 32]))), fp8)),
-    Bad("out", "other rank, same elements", ValueError,
-        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["tokens"] * QUANT_HIDDEN,), (p["tokens"], 2, 16)])), fp8)),
-    Bad("out", "non-contiguous", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 2), QUANT_HIDDEN), fp8,
-                                 d.draw(st.sampled_from(["step2", "padded"])))),
-    Bad("out", "transposed", ValueError, lambda a, p, d: a.tensor((QUANT_HIDDEN, max(p["tokens"], 2)), fp8).t()),
-    Bad("out", "stride 0 (expand)", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 2), QUANT_HIDDEN), fp8, "expand")),
-    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(_quant_shape(p), fp8)),
-    Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
-    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_quant_shape(p), fp8))),
-    Bad("out", "requires grad", RuntimeError,
-        requires_grad(lambda a, p, d: a.tensor(_quant_shape(p), fp8))),
-    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_quant_shape(p), fp8)),
-    Bad("out", f"{SHARED}: x's bytes", ValueError,
-        lambda a, p, d: a.alias(p["args"]["x"], _quant_shape(p), fp8, d.draw(st.sampled_from([0, 1, 17])))),
-]
+] + _QUANT_OUT_BAD
 
 
 def quant_bad_args(a: Arena, p: dict, bad: Bad, d, make_args: Callable) -> dict:
@@ -803,36 +816,19 @@ def group_quant_params(draw):
     )
 
 
-def _gq_shape(p):
-    return (p["tokens"], GQ_HIDDEN)
-
-
 def group_quant_args(a: Arena, p: dict) -> dict:
-    x = a.tensor(_gq_shape(p), p["dtype"], p["x_layout"])
-    rows = x[:1] if p["x_layout"] == "expand" else x  # every row of an expanded x is row 0
-    rows.copy_(torch.randn(rows.shape, generator=a.gen).to(p["dtype"]))  # no NaN bit patterns
-    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
-    out = None if p["out"] is None else a.tensor(_gq_shape(p), fp8, p["out"])
+    x, out = quant_x_out(a, p, GQ_HIDDEN)
     return dict(x=x, group_size=GQ_GROUP, column_major_scales=p["layout"][0], scale_ue8m0=p["layout"][1],
                 eps=p["eps"], out=out)
 
 
-GROUP_QUANT_BAD = [
-    Bad("x", "dtype", TypeError,
-        lambda a, p, d: a.tensor(_gq_shape(p), d.draw(st.sampled_from(
-            [torch.int32, torch.int16, torch.uint8, torch.bool, torch.float64, fp8])))),
+_GQ_X_BAD, _GQ_OUT_BAD = quant_io_bad(GQ_HIDDEN, [-16, 1, 16], (3, 16))
+GROUP_QUANT_BAD = _GQ_X_BAD + [
     Bad("x", "rank", ValueError,
         lambda a, p, d: a.tensor(d.draw(st.sampled_from([(), (GQ_HIDDEN,), (p["tokens"], 1, GQ_HIDDEN)])),
                                  p["dtype"])),
     Bad("x", "hidden size not a multiple of group_size", ValueError,
         lambda a, p, d: a.tensor((max(p["tokens"], 1), d.draw(st.sampled_from([8, 40, 50]))), p["dtype"])),
-    Bad("x", "step 2 in the last dimension", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 1), GQ_HIDDEN), p["dtype"], "step2")),
-    Bad("x", "transposed", ValueError,
-        lambda a, p, d: a.tensor((GQ_HIDDEN, max(p["tokens"], 2)), p["dtype"]).t()),
-    Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_gq_shape(p), p["dtype"])),
-    Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0, 2.0]], 2.0]))),
-    Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_gq_shape(p), p["dtype"]))),
     Bad("group_size", "no kernel", ValueError, lambda a, p, d: d.draw(st.sampled_from([0, 8, 12, 96, 256, -16]))),
     Bad("group_size", "not an int", TypeError, lambda a, p, d: d.draw(st.sampled_from([16.0, "16", None, True]))),
     Bad("column_major_scales", "not a bool", TypeError,
@@ -841,28 +837,7 @@ GROUP_QUANT_BAD = [
     Bad("eps", "negative or not finite", ValueError,
         lambda a, p, d: d.draw(st.sampled_from([-1e-10, -1.0, float("nan"), float("inf"), 1e300]))),
     Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-10", None, [1e-10], 1j]))),
-    Bad("out", "dtype", TypeError,
-        lambda a, p, d: a.tensor(_gq_shape(p), d.draw(st.sampled_from(
-            [p["dtype"], fp16, torch.uint8, torch.int8, torch.float8_e5m2])))),
-    Bad("out", "other rows", ValueError,
-        lambda a, p, d: a.tensor((p["tokens"] + d.draw(st.sampled_from([1, 5])), GQ_HIDDEN), fp8)),
-    Bad("out", "other hidden size", ValueError,
-        lambda a, p, d: a.tensor((p["tokens"], GQ_HIDDEN + d.draw(st.sampled_from([-16, 1, 16]))), fp8)),
-    Bad("out", "other rank, same elements", ValueError,
-        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["tokens"] * GQ_HIDDEN,), (p["tokens"], 3, 16)])), fp8)),
-    Bad("out", "non-contiguous", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 2), GQ_HIDDEN), fp8, d.draw(st.sampled_from(["step2", "padded"])))),
-    Bad("out", "transposed", ValueError, lambda a, p, d: a.tensor((GQ_HIDDEN, max(p["tokens"], 2)), fp8).t()),
-    Bad("out", "stride 0 (expand)", ValueError,
-        lambda a, p, d: a.tensor((max(p["tokens"], 2), GQ_HIDDEN), fp8, "expand")),
-    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta(_gq_shape(p), fp8)),
-    Bad("out", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
-    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_gq_shape(p), fp8))),
-    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor(_gq_shape(p), fp8))),
-    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_gq_shape(p), fp8)),
-    Bad("out", f"{SHARED}: x's bytes", ValueError,
-        lambda a, p, d: a.alias(p["args"]["x"], _gq_shape(p), fp8, d.draw(st.sampled_from([0, 1, 17])))),
-]
+] + _GQ_OUT_BAD
 
 #: The kinds torch's own schema checks refuse before kernkit could name the argument.
 GQ_NOT_VIA_CUSTOM_OP = ("meta tensor", "not a tensor", "negative bit", "not an int", "not a bool", "not a number")
@@ -1171,7 +1146,8 @@ ROPE_STORE_BAD = ROPE_BAD + [b for b in _heads_bad("v") if b.what not in ("requi
     Bad("k_cache", f"{SHARED}: bytes of q", ValueError,
         lambda a, p, d: a.alias(p["args"]["q"], _kv_cache_shape(p, 2), p["dtype"])),
     Bad("v_cache", f"{SHARED}: bytes of the K cache", ValueError,
-        lambda a, p, d: a.alias(p["args"]["k_cache"], _kv_cache_shape(p, 2), p["dtype"], d.draw(st.sampled_from([0, 1])))),
+        lambda a, p, d: a.alias(p["args"]["k_cache"], _kv_cache_shape(p, 2), p["dtype"],
+                                d.draw(st.sampled_from([0, 1])))),
     Bad("k_cache", f"{SHARED}: bytes of v", ValueError,
         lambda a, p, d: a.alias(p["args"]["v"], _kv_cache_shape(p, 2), p["dtype"])),
     Bad("out_loc", f"{SHARED}: bytes of the V cache", ValueError,

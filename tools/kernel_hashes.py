@@ -524,7 +524,8 @@ def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bo
                 qkv, kv = b["qkv"], b["kv"].view(pool, 2, k_heads, head_dim)
                 return qkv[:, :qs], qkv[:, qs : qs + ks], qkv[:, qs + ks :], kv[:, 0], kv[:, 1]
             start = 1 if layout == "offset" else 0
-            heads = [b[name][start:].view(n, h, head_dim) for name, h in (("q", q_heads), ("k", k_heads), ("v", k_heads))]
+            heads = [b[name][start:].view(n, h, head_dim)
+                     for name, h in (("q", q_heads), ("k", k_heads), ("v", k_heads))]
             return (*heads, b["k_cache"], b["v_cache"])
 
         ref = {key: t.clone() for key, t in bufs.items()}

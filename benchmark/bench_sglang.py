@@ -24,7 +24,8 @@ grids of sglang's ``bench_norm.py``, ``bench_rope.py``, ``bench_qknorm.py`` and
   bandwidth.
 - host: eager per-call cost in one process, the same work for both: rmsnorm (into ``out``, and
   in place, and into ``out`` under inference mode), fused_add_rmsnorm (and under inference
-  mode), store_cache and rope, plus each library's
+  mode), store_cache, rope, rope + store, qk_norm and group quant (kernkit allocates the scales
+  it returns, sglang writes scales given to it), plus each library's
   bare module call for rmsnorm (the launcher without the Python layer).
 
 Times are CUDA-graph medians per call with inputs rotated beyond the L2 (``common``). sglang's
@@ -370,6 +371,9 @@ def bench_host(sgl) -> list[str]:
     loc16 = idx[:16].clone()
     pos = torch.arange(16, device="cuda")
     wq, wk = w[:128], w[128:256]
+    xg = torch.randn(16, 7168, device="cuda", dtype=bf16)
+    qg = torch.empty(16, 7168, device="cuda", dtype=torch.float8_e4m3fn)
+    sg = torch.empty(16, 7168 // GROUP_QUANT_SIZE, device="cuda")
     cache = rope_cache()
     module = ops.norm._module(bf16, 4096, True)
     fns = {
@@ -381,6 +385,7 @@ def bench_host(sgl) -> list[str]:
         "rope: kernkit": lambda: ops.rotary_embedding(pos, q3, k3, cache, True),
         "rope + store: kernkit": lambda: ops.rotary_embedding_store(pos, q3, k3, v3, cache, kc, vc, loc16, True),
         "qk_norm: kernkit": lambda: ops.qk_norm(q3, k3, wq, wk, EPS),
+        "group quant into out: kernkit": lambda: ops.per_token_group_quant_fp8(xg, GROUP_QUANT_SIZE, out=qg),
     }
     if sgl is not None:
         sgl_module = sgl.norm._jit_rmsnorm_module(4096, bf16)
@@ -394,6 +399,8 @@ def bench_host(sgl) -> list[str]:
             "rope + store: sglang": lambda: sgl.rope.apply_rope_inplace_with_kvcache(
                 q3, k3, v3, kc, vc, cache, pos, loc16, is_neox=True),
             "qk_norm: sglang": lambda: sgl.norm.fused_inplace_qknorm(q3, k3, wq, wk, EPS),
+            "group quant into out: sglang": lambda: sgl.quant.per_token_group_quant_8bit(
+                xg, qg, sg, GROUP_QUANT_SIZE, GROUP_QUANT_EPS, -448.0, 448.0),
         })
     us = common.host_us(fns, rounds=41)
     # A server runs its forward pass under inference mode, on inference tensors.

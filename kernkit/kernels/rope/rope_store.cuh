@@ -45,20 +45,16 @@ struct RotaryStoreParams {
   bool out_loc_int64;                ///< Whether `out_loc` holds int64 (else int32).
 };
 
-/// \brief CTAs an SM holds at once, which `rotary_store_kernel`'s launch bounds guarantee for up
-/// to `kPairsFull` pairs a thread: `rotary_kernel`'s 16 (32 registers) for neox; 12 for gpt-j,
-/// which spills at 32 registers (it takes 40 on sm_90). Measured for gpt-j at 12 CTAs an SM, at
-/// 16 with the spill and at 16 with 2 pairs a thread (no spill) in
-/// `benchmark/results/tuning-h200-2026-12-04.md`: 12 is the fastest at (32, 8) heads.
-template <bool kIsNeox>
-inline constexpr int32_t kStoreBlocksPerSM = kIsNeox ? device::rope::kBlocksPerSM : 12;
+/// \brief The launcher refuses this many tokens or more, so that `rotary_store_kernel` counts
+/// tokens in 32 bits (a token plus a step stays below 2^31). Counting in 64 bits, a gpt-j item
+/// took 40 registers, not 32 (ptxas, sm_90), and so ran 12 CTAs an SM, not 16.
+inline constexpr int64_t kMaxStoreTokens = int64_t{1} << 30;
 
 /// \brief Rotate q and k and fill the caches. A token's thread items are `rotary_kernel`'s
 /// (q's heads, then k's; a k item also stores its rotated elements to the K cache), then, from
 /// the next warp on (a warp taking both kinds would run both loops, one after the other), copy
 /// items of one access each: per k head, the elements after `kRotDim` of k (to the K cache) and
-/// all of v (to the V cache). The grid is `rotary_kernel`'s over these items, with
-/// `kStoreBlocksPerSM` CTAs an SM.
+/// all of v (to the V cache). The grid is `rotary_kernel`'s over these items.
 /// \tparam T Element type of q, k, v and the caches: fp16_t, bf16_t or fp32_t.
 /// \tparam CacheT Element type of the cos/sin cache: fp32_t or `T`.
 /// \tparam kRotDim Rotated elements per head.
@@ -70,7 +66,7 @@ template <typename T, typename CacheT, int64_t kRotDim, bool kIsNeox, int kVec, 
 __global__ void __launch_bounds__(device::rope::kBlockThreads,
                                   device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>::kPairs <=
                                           device::rope::kPairsFull
-                                      ? kStoreBlocksPerSM<kIsNeox>
+                                      ? device::rope::kBlocksPerSM
                                       : 1) rotary_store_kernel(const RotaryStoreParams sp) {
   using Item = device::rope::Item<T, CacheT, kRotDim, kIsNeox, kVec>;
   using L = typename Item::L;
@@ -84,22 +80,24 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
     const int64_t first = (item - head * L::kItemsPerHead) * L::kPairs;
     const bool is_q = head < p.q_heads;
     const int64_t kh = head - p.q_heads;
-    T* const head0 = is_q ? static_cast<T*>(p.q) + head * p.q_head_stride : static_cast<T*>(p.k) + kh * p.k_head_stride;
     const int64_t token_stride = is_q ? p.q_token_stride : p.k_token_stride;
-    T* const cache_head = static_cast<T*>(sp.k_cache) + kh * sp.head_dim;  // used for k only
-    const CacheT* __restrict__ cache = static_cast<const CacheT*>(p.cos_sin);
+    T* at = (is_q ? static_cast<T*>(p.q) + head * p.q_head_stride : static_cast<T*>(p.k) + kh * p.k_head_stride) +
+            token0 * token_stride + Item::offset(first);  // this thread's elements of token0
+    const int64_t at_step = token_step * token_stride;
+    T* const cache_at = static_cast<T*>(sp.k_cache) + kh * sp.head_dim + Item::offset(first);  // k only
+    const CacheT* __restrict__ cache = static_cast<const CacheT*>(p.cos_sin) + first;
     // positions, out_loc, q, k and v may be what the previous kernel in the stream wrote.
     device::PDLWaitPrimary<kUsePDL>();
     device::PDLTriggerSecondary<kUsePDL>();
-    for (int64_t token = token0; token < p.num_tokens; token += token_step) {
-      T* const base = head0 + token * token_stride;
+    const int32_t num_tokens = static_cast<int32_t>(p.num_tokens), step = static_cast<int32_t>(token_step);
+    for (int32_t token = static_cast<int32_t>(token0); token < num_tokens; token += step, at += at_step) {
       Item x;
-      x.load(base, first);
+      x.load(at);
       const int64_t pos = device::rows::load_index(p.positions, p.positions_int64, token);
       const int64_t loc = is_q ? -1 : device::rows::load_index(sp.out_loc, sp.out_loc_int64, token);
-      if (pos >= 0 && pos < p.max_position) x.rotate(cache + pos * kRotDim, first);
-      x.store(base, first);
-      if (loc >= 0 && loc < sp.pool_rows) x.store(cache_head + loc * sp.k_cache_stride, first);
+      if (pos >= 0 && pos < p.max_position) x.rotate(cache + pos * kRotDim);
+      x.store(at);
+      if (loc >= 0 && loc < sp.pool_rows) x.store(cache_at + loc * sp.k_cache_stride);
     }
   } else if (item >= sp.copy_first && item < sp.copy_first + p.k_heads * sp.copy_vecs) {
     using vec_t = typename Item::vec_t;
@@ -108,9 +106,9 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
     const int64_t r = c - kh * sp.copy_vecs;
     const bool is_k = r < sp.tail_vecs;  // else v
     const int64_t at = is_k ? kRotDim + r * Item::kAccess : (r - sp.tail_vecs) * Item::kAccess;
-    const T* const src = is_k ? static_cast<const T*>(p.k) + kh * p.k_head_stride + at
-                              : static_cast<const T*>(sp.v) + kh * sp.v_head_stride + at;
     const int64_t src_stride = is_k ? p.k_token_stride : sp.v_token_stride;
+    const T* const src = (is_k ? static_cast<const T*>(p.k) + kh * p.k_head_stride
+                               : static_cast<const T*>(sp.v) + kh * sp.v_head_stride) + at;
     T* const dst = static_cast<T*>(is_k ? sp.k_cache : sp.v_cache) + kh * sp.head_dim + at;
     const int64_t dst_stride = is_k ? sp.k_cache_stride : sp.v_cache_stride;
     device::PDLWaitPrimary<kUsePDL>();
@@ -165,6 +163,8 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
   const auto vc = rows::verify_rows(v_cache, "v_cache", k_heads * head_dim, pool, row, dtype, device, true);
   check_no_overlap({{q, "q"}, {k, "k"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},
                    {{v, "v"}, {cos_sin_cache, "cos_sin_cache"}, {positions, "positions"}, {out_loc, "out_loc"}});
+  KERNKIT_CHECK(rp.num_tokens < kMaxStoreTokens, ValueError)
+      << "'positions': at most 2^30 - 1 tokens a call, got " << rp.num_tokens;
   if (rp.num_tokens == 0) return;
 
   constexpr int64_t kElem = sizeof(T);
@@ -188,7 +188,7 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
     sp.copy_vecs = sp.tail_vecs + head_dim / Item::kAccess;
     sp.copy_first = div_ceil((rp.q_heads + k_heads) * Item::L::kItemsPerHead, int64_t{32}) * 32;
     const int64_t items = sp.copy_first + k_heads * sp.copy_vecs;
-    rope::launch_items<kUsePDL>(kernel, sp, items, rp.num_tokens, kStoreBlocksPerSM<kIsNeox>, dev);
+    rope::launch_items<kUsePDL>(kernel, sp, items, rp.num_tokens, rope::kBlocksPerSM, dev);
   });
 }
 

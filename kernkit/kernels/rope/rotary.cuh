@@ -115,7 +115,8 @@ KERNKIT_DEVICE void rotate(float& x, float& y, float c, float s) {
 /// \brief The elements of one thread item of a head (its `kPairs` pairs starting at pair
 /// `first`), held in registers: loaded, rotated, stored. A neox item is `kPairs` x's at
 /// `first` and as many y's at `kHalf + first`; a gpt-j item the `2 * kPairs` elements at
-/// `2 * first`.
+/// `2 * first`. Its pointers arrive offset to the item: a head's start plus `offset(first)`, and
+/// a cache row plus `first`.
 template <typename T, typename CacheT, int64_t kRotDim, bool kIsNeox, int kVec>
 struct Item {
   using L = Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
@@ -127,33 +128,37 @@ struct Item {
   vec_t xv[kN];                  ///< x (gpt-j: the interleaved pairs).
   vec_t yv[kIsNeox ? kN : 1];    ///< y (neox only).
 
-  /// \brief Load the item from the head starting at `head`.
-  KERNKIT_DEVICE void load(const T* __restrict__ head, int64_t first) {
+  /// \brief Where in its head the item of pairs from `first` starts, in elements.
+  static KERNKIT_DEVICE int64_t offset(int64_t first) { return kIsNeox ? first : 2 * first; }
+
+  /// \brief Load the item from `at` (its head's start plus `offset(first)`).
+  KERNKIT_DEVICE void load(const T* __restrict__ at) {
     KERNKIT_UNROLL
-    for (int v = 0; v < kN; ++v) xv[v].load(head + (kIsNeox ? first : 2 * first), v);
+    for (int v = 0; v < kN; ++v) xv[v].load(at, v);
     if constexpr (kIsNeox) {
       KERNKIT_UNROLL
-      for (int v = 0; v < kN; ++v) yv[v].load(head + L::kHalf + first, v);
+      for (int v = 0; v < kN; ++v) yv[v].load(at + L::kHalf, v);
     }
   }
 
-  /// \brief Store the item to the head starting at `head` (same offsets as `load`).
-  KERNKIT_DEVICE void store(T* __restrict__ head, int64_t first) const {
+  /// \brief Store the item to `at` (a head's start plus `offset(first)`).
+  KERNKIT_DEVICE void store(T* __restrict__ at) const {
     KERNKIT_UNROLL
-    for (int v = 0; v < kN; ++v) xv[v].store(head + (kIsNeox ? first : 2 * first), v);
+    for (int v = 0; v < kN; ++v) xv[v].store(at, v);
     if constexpr (kIsNeox) {
       KERNKIT_UNROLL
-      for (int v = 0; v < kN; ++v) yv[v].store(head + L::kHalf + first, v);
+      for (int v = 0; v < kN; ++v) yv[v].store(at + L::kHalf, v);
     }
   }
 
-  /// \brief Rotate the item by the cosines and sines of cache row `row`.
-  KERNKIT_DEVICE void rotate(const CacheT* __restrict__ row, int64_t first) {
+  /// \brief Rotate the item by the cosines at `row` and the sines at `row + kHalf` (a cache row
+  /// plus `first`).
+  KERNKIT_DEVICE void rotate(const CacheT* __restrict__ row) {
     constexpr int kPairs = L::kPairs;
     float c[kPairs];
     float s[kPairs];
-    load_fp32<CacheT, kPairs, L::kCacheVec>(c, row + first);
-    load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf + first);
+    load_fp32<CacheT, kPairs, L::kCacheVec>(c, row);
+    load_fp32<CacheT, kPairs, L::kCacheVec>(s, row + L::kHalf);
     // neox: pair i is (x[i], y[i]); gpt-j: pair i is elements 2i and 2i + 1 of x. Every
     // element is read before any is written: a pair read from a word that already holds a
     // result would wait for it (a chain of byte permutes from pair to pair).
@@ -202,15 +207,17 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
                                       ? device::rope::kBlocksPerSM
                                       : 1) rotary_kernel(const RotaryParams p) {
   using L = device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
+  using Item = device::rope::Item<T, CacheT, kRotDim, kIsNeox, kVec>;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= (p.q_heads + p.k_heads) * L::kItemsPerHead) return;
   const int64_t head = item / L::kItemsPerHead;  // a constant divisor: a multiply
   const int64_t first = (item - head * L::kItemsPerHead) * L::kPairs;  // first pair of the item
   const bool is_q = head < p.q_heads;
-  T* const head0 = is_q ? static_cast<T*>(p.q) + head * p.q_head_stride
-                        : static_cast<T*>(p.k) + (head - p.q_heads) * p.k_head_stride;
+  T* const head0 = (is_q ? static_cast<T*>(p.q) + head * p.q_head_stride
+                         : static_cast<T*>(p.k) + (head - p.q_heads) * p.k_head_stride) +
+                   Item::offset(first);  // this thread's elements of token 0
   const int64_t token_stride = is_q ? p.q_token_stride : p.k_token_stride;
-  const CacheT* __restrict__ cache = static_cast<const CacheT*>(p.cos_sin);
+  const CacheT* __restrict__ cache = static_cast<const CacheT*>(p.cos_sin) + first;
   const int64_t token_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
 
   // positions, q and k may be what the previous kernel in the stream wrote.
@@ -220,16 +227,16 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
   device::PDLTriggerSecondary<kUsePDL>();
   for (int64_t token = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; token < p.num_tokens;
        token += token_step) {
-    T* const base = head0 + token * token_stride;
-    device::rope::Item<T, CacheT, kRotDim, kIsNeox, kVec> x;
-    x.load(base, first);
+    T* const at = head0 + token * token_stride;
+    Item x;
+    x.load(at);
     // The full 64-bit position is compared: an int64 position whose low 32 bits are in range
     // is still skipped, and the cache is not read for it. Its q/k values are stored back as they
     // were loaded: a store on every path keeps the compiler from sinking the q/k loads below
     // this test, which would make them wait for the position.
     const int64_t pos = device::rows::load_index(p.positions, p.positions_int64, token);
-    if (pos >= 0 && pos < p.max_position) x.rotate(cache + pos * kRotDim, first);
-    x.store(base, first);
+    if (pos >= 0 && pos < p.max_position) x.rotate(cache + pos * kRotDim);
+    x.store(at);
   }
 }
 

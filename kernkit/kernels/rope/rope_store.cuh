@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
     // positions, out_loc, q, k and v may be what the previous kernel in the stream wrote.
     device::PDLWaitPrimary<kUsePDL>();
     device::PDLTriggerSecondary<kUsePDL>();
+    // 32-bit tokens and an address moved by a stride: see kMaxStoreTokens.
     const int32_t num_tokens = static_cast<int32_t>(p.num_tokens), step = static_cast<int32_t>(token_step);
     for (int32_t token = static_cast<int32_t>(token0); token < num_tokens; token += step, at += at_step) {
       Item x;

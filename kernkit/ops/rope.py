@@ -149,7 +149,7 @@ def rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Te
     Parameters
     ----------
     positions
-        int32 or int64 ``[tokens]``, as in ``rotary_embedding``.
+        int32 or int64 ``[tokens]``, as in ``rotary_embedding``; fewer than 2**30 tokens.
     q, k
         As in ``rotary_embedding`` (2-d or 3-d, float16, bfloat16 or float32, any token stride);
         rotated in place.

@@ -74,7 +74,7 @@ def w_compile(how: str, where: str) -> dict:
     import torch
     import tvm_ffi.cpp
 
-    from kernkit.jit.backends import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
+    from kernkit.jit.backends.base import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
     from kernkit.ops.kvcache import store_spec
 
     os.environ["KERNKIT_CACHE_DIR"] = where
@@ -270,7 +270,7 @@ def compile_rows(tmp: Path, repeats: int, nvrtc: bool) -> list[tuple[str, str]]:
 
 
 def default_backend() -> str:
-    from kernkit.jit.config import default_backend as backend
+    from kernkit.jit.backends import default_backend as backend
 
     return backend()
 

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from kernkit.jit.backends import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
+from kernkit.jit.backends.base import find_cuda_home
+from kernkit.jit.paths import INCLUDE_DIR, KERNELS_DIR
 from kernkit.tools.clangd import find_clangd
 
 CLANGD = find_clangd()

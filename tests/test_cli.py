@@ -18,7 +18,7 @@ import torch
 import tvm_ffi.libinfo
 
 from kernkit.jit import CompileError, JitSpec
-from kernkit.jit.backends import INCLUDE_DIR, KERNELS_DIR
+from kernkit.jit.paths import INCLUDE_DIR, KERNELS_DIR
 from kernkit.tools import cli
 from kernkit.tools.clangd import SHIM_DIR, parse_clangd_version
 

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from kernkit import ops
-from kernkit.jit import FrozenCompileError, JitSpec, ToolchainError, manifest, nvrtc
-from kernkit.jit.backends import KERNELS_DIR
+from kernkit.jit import FrozenCompileError, JitSpec, ToolchainError, manifest
+from kernkit.jit.backends import nvrtc
+from kernkit.jit.paths import KERNELS_DIR
 from kernkit.ops import elementwise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -251,7 +252,7 @@ def test_a_frozen_process_loads_a_build_of_other_compilers(tmp_path, monkeypatch
 
 
 def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch):
-    from kernkit.jit.backends import PACKAGE_ROOT
+    from kernkit.jit.paths import PACKAGE_ROOT
     from kernkit.tools import cache as tool
 
     _scale_build(tmp_path / "a", monkeypatch)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kernkit.jit import JitDisabledError, JitSpec, cache
-from kernkit.jit.backends import KERNELS_DIR
+from kernkit.jit.paths import KERNELS_DIR
 from kernkit.ops import activation, elementwise
 from kernkit.tools import cache as tool
 from kernkit.tools import cli

@@ -18,6 +18,7 @@ import torch
 
 from kernkit import ops
 from kernkit.jit import maker, manifest
+from kernkit.tools import replay
 from kernkit.ops import elementwise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -83,7 +84,7 @@ def test_a_manifest_string_with_a_control_character_is_refused_before_anything_b
     (the ``$`` escaping does not cover it); any control character is refused, in any field."""
     record = _manifest(tmp_path / "m.json", **{field: value})
     with pytest.raises(manifest.ManifestError, match=rf"request 1 .*is refused: '{field}' holds a control character"):
-        manifest.specs(record)
+        replay.specs(record)
     r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(fresh_cache)})
     assert r.returncode == 2 and "holds a control character" in r.stderr, r.stdout + r.stderr
     assert not list(fresh_cache.glob("v2/scale/*/*/lib.so")) and not list(REPO.glob("**/pwned"))
@@ -110,7 +111,7 @@ def test_a_flag_with_a_control_character_never_reaches_build_ninja(fresh_cache):
 def test_a_malformed_request_is_refused_naming_its_field(tmp_path, field, value, expect):
     """A marker given as a string was split into characters (a kernel ``s<c, a, l, e>``)."""
     with pytest.raises(manifest.ManifestError, match="request 1.* is refused: " + expect.replace("[", r"\[")):
-        manifest.specs(_manifest(tmp_path / "m.json", **{field: value}))
+        replay.specs(_manifest(tmp_path / "m.json", **{field: value}))
 
 
 def test_no_extra_flags_refuses_a_manifest_that_carries_flags_before_building(tmp_path, fresh_cache):

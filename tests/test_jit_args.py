@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernkit.jit import JitSpec, make_cpp_args
-from kernkit.jit.backends import KERNELS_DIR
+from kernkit.jit.paths import KERNELS_DIR
 
 
 def test_scalars_render_as_cpp_literals():

@@ -19,7 +19,7 @@ from kernkit.jit.split import split
 
 def needs_nvrtc() -> None:
     """Skip unless NVRTC and CUDA's headers are installed (the test extra installs them)."""
-    from kernkit.jit import nvrtc
+    from kernkit.jit.backends import nvrtc
 
     if not nvrtc.available():
         pytest.skip("the nvrtc extra (pip install 'kernkit[nvrtc]') is not installed")
@@ -215,16 +215,17 @@ def test_a_device_error_names_the_users_file_and_line(tmp_path, fresh_cache):
 
 
 def test_default_backend_is_nvrtc_where_it_is_installed(monkeypatch):
-    from kernkit.jit import config, nvrtc
+    from kernkit.jit import backends
+    from kernkit.jit.backends import nvrtc
 
     monkeypatch.delenv("KERNKIT_BACKEND")
     monkeypatch.setattr(nvrtc, "available", lambda: True)
-    assert config.default_backend() == "nvrtc"
+    assert backends.default_backend() == "nvrtc"
     monkeypatch.setattr(nvrtc, "available", lambda: False)
-    assert config.default_backend() == "nvcc"
+    assert backends.default_backend() == "nvcc"
     monkeypatch.setenv("KERNKIT_BACKEND", "nvcc")
     monkeypatch.setattr(nvrtc, "available", lambda: True)
-    assert config.default_backend() == "nvcc"
+    assert backends.default_backend() == "nvcc"
 
 
 def test_the_whole_header_library_builds(fresh_cache):
@@ -251,8 +252,8 @@ def test_the_std_subset_agrees_with_the_standard_library():
     needs_nvrtc()
     import numpy as np
 
-    from kernkit.jit import nvrtc as backend
-    from kernkit.jit.nvrtc_device import compile_device
+    from kernkit.jit.backends import nvrtc as backend
+    from kernkit.jit.backends.nvrtc_device import compile_device
 
     def literal(v: int) -> str:  # no literal spells INT64_MIN
         return f"({v + 1}ll - 1)" if v < 0 else f"{v}ull"
@@ -278,8 +279,8 @@ def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fre
     needs_nvrtc()
     import torch
 
-    from kernkit.jit import nvrtc
-    from kernkit.jit.backends import find_cxx
+    from kernkit.jit.backends import nvrtc
+    from kernkit.jit.backends.base import find_cxx
     from kernkit.ops.elementwise import scale_spec
 
     flags = nvrtc._host_flags(find_cxx(), ())
@@ -298,7 +299,8 @@ def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fre
 def test_a_process_splits_each_source_text_once(tmp_path):
     """A second build in one process re-splits nothing that is unchanged; an edited source is
     split again, so its halves follow the edit."""
-    from kernkit.jit import JitSpec, nvrtc
+    from kernkit.jit import JitSpec
+    from kernkit.jit.backends import nvrtc
 
     src = tmp_path / "k.cuh"
     src.write_text("#pragma once\n__global__ void k_kernel(float* p) { p[0] = 1.0f; }\n"

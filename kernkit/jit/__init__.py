@@ -1,14 +1,19 @@
 """kernkit's JIT layer: describe a specialization of kernel templates (``JitSpec``), build it
 once into an on-disk cache, and load it as a tvm-ffi module whose functions take torch tensors.
 
-Modules, one job each: ``args`` (template arguments), ``memo`` (``cache_once``), ``arch`` (the
-target), ``backends`` (compilers and builds), ``cache`` (the disk cache), ``spec`` (``JitSpec``,
-``load_jit``), ``manifest`` (record and replay the specializations a run loads). The developer tools (``python -m kernkit.jit``) live in ``kernkit.tools``.
+Modules, one job each, each importing only modules named before it: ``args`` (template
+arguments), ``memo`` (``cache_once``), ``config`` (environment variables), ``arch`` (the
+target), ``paths`` (where kernkit's files are), ``maker`` (detached makers of shared files),
+``cache`` (the disk cache), ``pch`` and ``prebuilt`` (the files builds share), ``split`` (a
+source's device and host halves), ``backends`` (compilers and builds, one module per backend),
+``manifest`` (record the specializations a run loads), ``spec`` (``JitSpec``, ``load_jit``).
+The developer tools (``python -m kernkit.jit``, which also replays manifests) live in
+``kernkit.tools``.
 """
 
 from .arch import ArchError, CudaArch, is_arch_support_pdl, target_arch
 from .args import CppArgs, make_cpp_args
-from .backends import CompileError, ToolchainError
+from .backends.base import CompileError, ToolchainError
 from .cache import CacheDirError
 from .config import freeze
 from .memo import cache_once

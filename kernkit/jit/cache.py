@@ -45,8 +45,8 @@ import uuid
 import warnings
 from pathlib import Path
 
-from .backends import LIB_NAME, PACKAGE_ROOT
 from .config import CACHE_DIR_VAR, cache_dir
+from .paths import LIB_NAME, PACKAGE_ROOT
 
 LAYOUT = "v2"
 
@@ -205,7 +205,7 @@ def warn_once(what: str, message: str) -> None:
 
 def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path | None:
     """The library of the newest build under ``key_dir`` whose headers are unchanged and, unless
-    ``compilers`` is None, whose compilers are these (``backends.stamp`` of each). A damaged build
+    ``compilers`` is None, whose compilers are these (``backends.base.stamp`` of each). A damaged build
     is skipped: discarded with a warning, or, with ``read_only`` (a shared cache, which this
     process never modifies), left as it is with one warning per process."""
     try:

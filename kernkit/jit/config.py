@@ -15,7 +15,7 @@ JIT_VAR = "KERNKIT_JIT"
 ARCH_VAR = "KERNKIT_CUDA_ARCH"
 #: Extra flags for the CPU emulation backend: ``1``/``address,undefined`` enable sanitizers.
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
-#: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``default_backend``).
+#: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``backends.default_backend``).
 BACKEND_VAR = "KERNKIT_BACKEND"
 #: Read-only caches searched before ``KERNKIT_CACHE_DIR`` (cache roots, ``os.pathsep``-separated):
 #: a directory many machines mount, an image layer.
@@ -75,17 +75,6 @@ def emu_sanitizers() -> tuple[str, ...]:
     if value in ("1", "on", "yes", "true"):
         return ("address", "undefined")
     return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
-
-
-def default_backend() -> str:
-    """The backend of a CUDA build that names none: ``$KERNKIT_BACKEND``; else ``nvrtc`` where
-    NVRTC and CUDA's headers are installed (``kernkit[nvrtc]``); else ``nvcc``."""
-    explicit = os.environ.get(BACKEND_VAR, "").strip().lower()
-    if explicit:
-        return explicit
-    from .nvrtc import available
-
-    return "nvrtc" if available() else "nvcc"
 
 
 #: The values of ``KERNKIT_FREEZE``; unset or empty is ``off``.

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from .._version import __version__
-from .arch import ArchError, CudaArch
-from .backends import shipped_name
 from .config import RECORD_VAR
+from .paths import shipped_name
 
 FORMAT = 1
 
@@ -84,106 +82,3 @@ def read(path: str | os.PathLike) -> list[dict]:
         raise ManifestError(f"{path} is not a kernkit manifest of format {FORMAT} (a JSON object with "
                             "'format' and 'requests')")
     return data["requests"]
-
-
-#: The fields of a request that list flags: replaying a request passes them to the compilers.
-FLAG_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
-_LISTS = ("cuda_files", "cpp_files", *FLAG_FIELDS, "extra_include_paths")
-
-
-def _control(text: str) -> bool:
-    """Whether ``text`` holds a control character (C0, DEL or C1): a newline ends a line of
-    ``build.ninja``, an escape sequence rewrites a terminal."""
-    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
-
-
-def _check_request(req: object, extra_flags: bool = True) -> dict:
-    """``req`` if it is a whole, well-formed request, else ``ValueError`` naming the field:
-    ``marker`` a non-empty list of strings, the file and flag fields lists of strings, the
-    wrappers lists of ``[name, symbol]`` pairs, ``backend`` and ``arch`` a string or null, and
-    no string anywhere with a control character. With ``extra_flags=False`` a request that
-    carries flags (``FLAG_FIELDS``) is refused too."""
-    if not isinstance(req, dict):
-        raise ValueError(f"a request is a JSON object, got {type(req).__name__}")
-    fields = {"marker": req.get("marker"), **{k: req.get(k) for k in _LISTS}}
-    for field, value in fields.items():
-        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise ValueError(f"{field!r} must be a list of strings, got {value!r}")
-    if not fields["marker"]:
-        raise ValueError("'marker' must name the kernel, got []")
-    for field in ("cuda_wrappers", "cpp_wrappers"):
-        value = req.get(field)
-        if not (isinstance(value, list) and all(isinstance(w, list) and len(w) == 2
-                                                and all(isinstance(x, str) for x in w) for w in value)):
-            raise ValueError(f"{field!r} must be a list of [name, symbol] pairs, got {value!r}")
-        fields[field] = [x for w in value for x in w]
-    for field in ("backend", "arch"):
-        if not isinstance(req.get(field), (str, type(None))):
-            raise ValueError(f"{field!r} must be a string or null, got {req.get(field)!r}")
-        fields[field] = [req[field]] if req.get(field) else []
-    for field, value in fields.items():
-        bad = next((v for v in value if _control(v)), None)
-        if bad is not None:
-            raise ValueError(f"{field!r} holds a control character: {bad!r}")
-    flags = [f for field in FLAG_FIELDS for f in req[field]]
-    if flags and not extra_flags:
-        raise ValueError(f"it carries compiler flags {flags} and --no-extra-flags refuses them")
-    return req
-
-
-def _title(req: object) -> str:
-    """`` (name<args>)`` of a request for a message, its ``repr`` if it holds a control
-    character; empty when it has no marker to name."""
-    marker = req.get("marker") if isinstance(req, dict) else None
-    if not (isinstance(marker, list) and marker and all(isinstance(m, str) for m in marker)):
-        return ""
-    title = marker[0] + (f"<{', '.join(marker[1:])}>" if marker[1:] else "")
-    return f" ({title!r})" if _control(title) else f" ({title})"
-
-
-def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool = True) -> list:
-    """The ``JitSpec`` of each request of a manifest; a CUDA request (nvcc, nvrtc) once per
-    architecture of ``archs`` when given, else for the one it was recorded with. Every request
-    is checked (``_check_request``) before any spec is made, so a manifest is refused whole.
-
-    Parameters
-    ----------
-    path
-        The manifest (``KERNKIT_RECORD``).
-    archs
-        Architectures for its CUDA requests, e.g. ``["9.0", "10.0a"]``.
-    extra_flags
-        False refuses every request that carries compiler or linker flags: replaying a flag runs
-        it (``-wrapper``, ``-fplugin``, ``-B`` can start any program), so give False for a
-        manifest from elsewhere.
-
-    Raises
-    ------
-    ManifestError
-        The file is not a manifest, a request is malformed or refused, or it cannot be made here
-        (a source file missing, an unknown backend), naming the request.
-    """
-    from .spec import JitSpec
-
-    targets = [CudaArch.parse(a) for a in archs]
-    requests = read(path)
-    for i, req in enumerate(requests):
-        try:
-            _check_request(req, extra_flags)
-        except ValueError as e:
-            raise ManifestError(f"{path}: request {i + 1}{_title(req)} is refused: {e}") from None
-    out = []
-    for i, req in enumerate(requests):
-        title = "?"
-        try:
-            name, *args = req["marker"]
-            title = name + (f"<{', '.join(args)}>" if args else "")
-            options = {k: req[k] for k in ("cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags",
-                                           "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "backend")}
-            cuda = req["backend"] in ("nvcc", "nvrtc")
-            for arch in (targets or [req["arch"]]) if cuda else [None]:
-                out.append(JitSpec.make(name, *args, **options, arch=arch))
-        except (KeyError, TypeError, ValueError, FileNotFoundError, ArchError) as e:
-            raise ManifestError(f"{path}: request {i + 1} ({title}) cannot be built here: "
-                                f"{type(e).__name__}: {e}") from None
-    return list(dict.fromkeys(out))

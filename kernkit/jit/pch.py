@@ -14,11 +14,13 @@ so a stale or foreign one costs time, never correctness.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import uuid
 from pathlib import Path
 
-from . import maker
+from . import cache, maker
 
 #: The third-party headers of every host-compiled unit (tvm-ffi's, CUDA's in host mode, the
 #: standard library's): parsing them is about half of an nvrtc host half's compile.
@@ -55,11 +57,6 @@ def header(text: str, flags: list[str], identity: object) -> Path | None:
     -------
     >>> header("#include <string>\\n", ["g++", "-std=c++17", "-O2"], [])  # doctest: +SKIP
     """
-    import hashlib
-    import json
-
-    from . import cache
-
     key = hashlib.sha256(json.dumps([text, flags, identity]).encode()).hexdigest()[:16]
     folder = cache.root() / "pch" / key
     path = folder / "prelude.h"

@@ -23,11 +23,12 @@ import tvm_ffi
 from .._version import __version__
 from . import cache
 from .arch import CudaArch, target_arch
-from .backends import (BACKENDS, CXX_FLAGS, HOST, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, Backend, CompileError,
-                       ToolchainError, shipped_name, stamp, version)
 from . import manifest
-from .config import FREEZE_VAR, JIT_VAR, default_backend, emu_sanitizers, frozen, jit_enabled, shared_dirs
+from .backends import BACKENDS, HOST, default_backend
+from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, stamp, version
+from .config import FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
+from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, shipped_name
 
 logger = logging.getLogger("kernkit.jit")
 

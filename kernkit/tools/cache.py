@@ -39,13 +39,13 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import manifest
 from ..jit.arch import ArchError, CudaArch, target_arch
-from ..jit.backends import LIB_NAME
 from ..jit.cache import (LAYOUT, CacheDirError, CorruptBuildError, check_record, discard, file_record, find,
                          local_path, publish, read_build, root, sha256, staging_dir)
 from ..jit.config import SHARED_VAR, shared_entries
+from ..jit.paths import LIB_NAME
 from ..jit.spec import JitSpec
+from . import replay
 
 #: The archive's layout version (its ``index.json``).
 ARCHIVE_FORMAT = 1
@@ -196,7 +196,7 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
         builds = published()
     else:
         builds = []
-        for spec in manifest.specs(manifest_file):
+        for spec in replay.specs(manifest_file):
             lib = find(spec.key_dir, None)
             record = read_build(lib.parent) if lib is not None else None
             if record is None:

@@ -21,9 +21,10 @@ import tvm_ffi
 
 from .._version import __version__
 from ..jit.arch import ArchError, target_arch
-from ..jit.backends import ToolchainError, find_cuda_home, find_cxx, version
-from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, default_backend
-from ..jit.nvrtc import toolkit
+from ..jit.backends import default_backend
+from ..jit.backends.base import ToolchainError, find_cuda_home, find_cxx, version
+from ..jit.backends.nvrtc import toolkit
+from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR
 from ..jit.cache import frozen_compiles, root
 from ..jit.config import frozen, jit_enabled
 from .cache import human_size, published, shared_roots, tree_size

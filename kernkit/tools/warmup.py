@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import torch
 from tqdm import tqdm
 
-from ..jit import JitSpec, manifest
+from ..jit import JitSpec
+from . import replay
 
 _DTYPES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
            "fp64": "float64", "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
@@ -197,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     if args.manifest:
         if args.ops or args.dtype or args.shape or args.backend:
             raise WarmupError("--manifest names the builds itself: give no OP, --dtype, --set or --backend with it")
-        specs, skipped = manifest.specs(args.manifest, args.arch, extra_flags=not args.no_extra_flags), []
+        specs, skipped = replay.specs(args.manifest, args.arch, extra_flags=not args.no_extra_flags), []
     elif args.arch or args.no_extra_flags:
         raise WarmupError(f"{'--arch' if args.arch else '--no-extra-flags'} goes with --manifest")
     else:

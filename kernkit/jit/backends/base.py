@@ -1,10 +1,5 @@
-"""Backends: how a specialization's units become ``lib.so``.
-
-``nvcc`` compiles the CUDA unit for one GPU architecture; ``emu`` compiles the same unit with the
-host compiler against kernkit's CPU emulator, so CPU tensors run the same templates. Units made
-of ``cpp_files`` alone always use the host compiler. A backend says which compilers it needs
-(found without running them), which of its flags decide the output (they go into the cache
-key), and how to build in a directory; ``BACKENDS`` is the one place where backends plug in.
+"""What the backends share: the errors, how compilers are found and identified, and the build
+itself, a ``build.ninja`` that compiles a specialization's units and links ``lib.so``.
 
 The build is a ``build.ninja`` of kernkit's own rather than ``tvm_ffi.cpp.build``: that helper
 takes the CUDA target from a process-wide variable or ``nvidia-smi`` and keeps the command line
@@ -27,34 +22,11 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from . import maker, pch, prebuilt
-
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-#: kernkit's C++ headers (``#include <kernkit/...>``).
-INCLUDE_DIR = PACKAGE_ROOT / "include"
-#: The shipped kernel templates; relative file names given to ``load_jit`` resolve here.
-KERNELS_DIR = PACKAGE_ROOT / "kernels"
-LIB_NAME = "lib.so"
-
-
-def shipped_name(f: str) -> str | None:
-    """Source ``f``'s name under ``KERNELS_DIR`` (how units, trees and manifests name a shipped
-    kernel, wherever kernkit is installed), or None for a file outside it."""
-    path = Path(f)
-    return path.relative_to(KERNELS_DIR).as_posix() if KERNELS_DIR in path.parents else None
+from .. import maker, prebuilt
+from ..paths import INCLUDE_DIR, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT
 
 #: Host C++ units (``cpp_files``).
 CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")
-#: nvcc's ``-O`` sets the host code's level only (the PTX and cubin of ``-O1`` and ``-O3`` are
-#: byte-identical); ``-O1`` saves about a second of gcc per unit (docs/performance.md).
-NVCC_FLAGS = ("-std=c++17", "-O1", "-DNDEBUG", "-Xcompiler=-fPIC", "--expt-relaxed-constexpr")
-#: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
-#: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
-EMU_FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing",
-             "-DKERNKIT_EMU=1")
-#: What every emulator unit starts with (force-included): the emulator's runtime, then the
-#: third-party headers of ``pch.PRELUDE``, precompiled where ``pch.header`` has them.
-EMU_PRELUDE = "#include <kernkit/emu/runtime.h>\n"
 
 
 class ToolchainError(RuntimeError):
@@ -102,7 +74,9 @@ def find_cxx() -> str:
     raise ToolchainError(f"no host C++ compiler found (tried {', '.join(candidates)}); install one or set CXX")
 
 
-def _cuda_home(what: str) -> Path:
+def need_cuda_home(what: str) -> Path:
+    """The CUDA toolkit's root (``find_cuda_home``), which ``what`` needs: ``ToolchainError``
+    saying how to install or name one when there is none."""
     home = find_cuda_home()
     if home is None or not (home / "include" / "cuda_runtime.h").is_file():
         where = f"CUDA_HOME={home}" if home else "CUDA_HOME is not set and nvcc is not on PATH"
@@ -134,7 +108,7 @@ def version(path: str) -> str:
     return " | ".join(release) if release else (lines[0] if lines else "unknown")
 
 
-def _quote(args: list[str]) -> str:
+def quote(args: list[str]) -> str:
     """``args`` as one line of a ``build.ninja`` command: shell-quoted, ``$`` escaped. A control
     character is refused (``ValueError``): a newline would end the line and start a statement."""
     for a in args:
@@ -177,55 +151,9 @@ class Backend:
         return ninja_deps(build_dir)
 
 
-class Nvcc(Backend):
-    name = "nvcc"
-    flags = NVCC_FLAGS
-    unit = "kernel.cu"
-
-    def compilers(self) -> list[str]:
-        nvcc = _cuda_home("the nvcc backend") / "bin" / "nvcc"
-        if not nvcc.is_file():
-            raise ToolchainError(f"nvcc not found at {nvcc}; set CUDA_HOME to the CUDA toolkit's root")
-        return [find_cxx(), str(nvcc)]
-
-    def command(self, spec, compilers: list[str]) -> list[str]:
-        return [compilers[1], *NVCC_FLAGS, *spec.arch.nvcc_flags, *includes(cuda=True), *spec.extra_cuda_cflags]
-
-    def link_flags(self, spec) -> list[str]:
-        lib64 = _cuda_home("the nvcc backend") / "lib64"
-        return [f"-L{lib64}", "-lcudart", f"-Wl,-rpath,{lib64}"]
-
-
-class Emu(Backend):
-    name = "emu"
-    flags = EMU_FLAGS
-    unit = "kernel_emu.cc"
-    prebuilt = True
-
-    def compilers(self) -> list[str]:
-        _cuda_home("the CPU emulator (it compiles against CUDA's headers)")
-        return [find_cxx()]
-
-    def command(self, spec, compilers: list[str]) -> list[str]:
-        flags = [compilers[0], *EMU_FLAGS, *includes(cuda=True), *spec.extra_cflags]
-        # The emulator's headers are in the precompiled header: its key covers their content.
-        mine = [[str(f), hashlib.sha256(f.read_bytes()).hexdigest()] for f in own_headers()]
-        header = pch.header(EMU_PRELUDE + pch.PRELUDE, flags, [stamp(compilers[0]), mine])
-        return [*flags, "-include", str(header) if header else "kernkit/emu/runtime.h"]
-
-    def link_flags(self, spec) -> list[str]:
-        return ["-pthread"]
-
-    def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
-        # A unit compiled with the precompiled header reports none of the headers inside it.
-        return sorted({*super().build(spec, compilers, build_dir), *own_headers()})
-
-
 def own_headers() -> list[Path]:
     """kernkit's C++ headers (``INCLUDE_DIR``), emulator's included."""
     return sorted(f for f in INCLUDE_DIR.rglob("*") if f.suffix in (".h", ".cuh"))
-
-
 
 
 def includes(cuda: bool) -> list[str]:
@@ -234,7 +162,7 @@ def includes(cuda: bool) -> list[str]:
     args = [f"-I{INCLUDE_DIR}", f"-I{KERNELS_DIR}"]
     system = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
     if cuda:
-        home = _cuda_home("a CUDA unit")
+        home = need_cuda_home("a CUDA unit")
         system += [str(home / "include"), str(home / "include" / "cccl")]
     for d in dict.fromkeys(system):
         args += ["-isystem", d]
@@ -262,9 +190,9 @@ def write_ninja(backend: Backend, spec, compilers: list[str], build_dir: Path, s
     link = [f"-L{tvm_lib}", "-ltvm_ffi", f"-Wl,-rpath,{tvm_lib}", *backend.link_flags(spec), *spec.extra_ldflags]
     out = ["ninja_required_version = 1.3", ""]
     for rule, cmd in rules.items():
-        out += [f"rule {rule}", f"  command = {_quote(cmd)} -MMD -MF $out.d -c $in -o $out", "  depfile = $out.d",
+        out += [f"rule {rule}", f"  command = {quote(cmd)} -MMD -MF $out.d -c $in -o $out", "  depfile = $out.d",
                 "  deps = gcc", ""]
-    out += ["rule link", f"  command = {_quote(compilers[:1])} -shared $in {_quote(link)} -o $out", ""]
+    out += ["rule link", f"  command = {quote(compilers[:1])} -shared $in {quote(link)} -o $out", ""]
     objs = []
     for name, text, rule in spec.units:
         if rule == "cuda":
@@ -285,7 +213,7 @@ def _helper_identity(command: list[str]) -> list:
     """What decides the helper object's code besides ``command``: the compiler's identity, that
     of the header folders the command names, and the content of kernkit's headers and of the
     splitter that makes the nvrtc backend's host halves of them."""
-    files = [*own_headers(), Path(__file__).with_name("split.py")]
+    files = [*own_headers(), PACKAGE_ROOT / "jit" / "split.py"]
     return [stamp(command[0]), [dir_stamp(d) for d in command if os.path.isdir(d)],
             [[f.relative_to(PACKAGE_ROOT).as_posix(), hashlib.sha256(f.read_bytes()).hexdigest()] for f in files]]
 
@@ -337,10 +265,3 @@ def ninja_deps(build_dir: Path) -> list[Path]:
                 found.append(path)
     return sorted(set(found))
 
-
-from .nvrtc import Nvrtc  # noqa: E402  (it builds on the definitions above)
-
-#: The backends by name; ``config.default_backend()`` picks one for CUDA tensors.
-BACKENDS: dict[str, Backend] = {b.name: b for b in (Nvcc(), Nvrtc(), Emu())}
-#: What a spec without CUDA units builds with.
-HOST = Backend()

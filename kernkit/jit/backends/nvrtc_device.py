@@ -27,8 +27,8 @@ from pathlib import Path
 
 HINT = ("kernkit: the nvrtc backend compiles the device half of the sources (device.cu, device/); of the C++ "
         "standard library, device code there gets <algorithm>, <cstddef>, <cstdint>, <limits>, <type_traits> "
-        "and <utility> (kernkit/jit/nvrtc_std.h) and includes any other part as <cuda/std/...>. If NVRTC cannot "
-        "take this kernel, build it with backend='nvcc' or KERNKIT_BACKEND=nvcc")
+        "and <utility> (kernkit/jit/backends/nvrtc_std.h) and includes any other part as <cuda/std/...>. If NVRTC "
+        "cannot take this kernel, build it with backend='nvcc' or KERNKIT_BACKEND=nvcc")
 
 
 def instantiations(obj: str, kernels: set[str]) -> list[tuple[str, str]]:

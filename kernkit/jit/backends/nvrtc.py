@@ -26,10 +26,11 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from .backends import (CXX_FLAGS, INCLUDE_DIR, KERNELS_DIR, Backend, ToolchainError, _quote, dir_stamp,
-                       find_cuda_home, find_cxx, ninja_deps, run_ninja, shipped_name, stamp, write_ninja)
-from . import pch
-from .split import split
+from .. import pch
+from ..paths import INCLUDE_DIR, KERNELS_DIR, shipped_name
+from ..split import split
+from .base import (CXX_FLAGS, Backend, ToolchainError, dir_stamp, find_cuda_home, find_cxx, ninja_deps, quote,
+                   run_ninja, stamp, write_ninja)
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
 #: ``__launch_bounds__`` has no host meaning.
@@ -141,9 +142,9 @@ class Nvrtc(Backend):
                                                      for i, f in enumerate(spec.cuda_files)))
         options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim",
                    *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
-        driver = _quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), compilers[1]])
-        steps = ["rule device", f"  command = {driver} $in {_quote(['kernels.txt', *options])}", "",
-                 "rule asm", f"  command = {_quote(compilers[:1])} -c $in -o $out", "",
+        driver = quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), compilers[1]])
+        steps = ["rule device", f"  command = {driver} $in {quote(['kernels.txt', *options])}", "",
+                 "rule asm", f"  command = {quote(compilers[:1])} -c $in -o $out", "",
                  f"build kernels.S kernel.cubin: device {self.unit}.o | kernels.txt device.cu",
                  "build kernels.S.o: asm kernels.S | kernel.cubin", ""]
         run_ninja(build_dir, spec.title, write_ninja(self, spec, compilers, build_dir, steps, ["kernels.S.o"]))

@@ -74,7 +74,7 @@ def w_compile(how: str, where: str) -> dict:
     import torch
     import tvm_ffi.cpp
 
-    from kernkit.jit.backends.base import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
+    from kernkit.jit import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
     from kernkit.ops.kvcache import store_spec
 
     os.environ["KERNKIT_CACHE_DIR"] = where
@@ -180,7 +180,7 @@ def w_warmup(cache: str, count: str, first: str = "1") -> dict:
     import torch
 
     from kernkit.ops.kvcache import store_spec
-    from kernkit.tools.warmup import build_all
+    from kernkit.cli.warmup import build_all
 
     specs = [store_spec(torch.bfloat16, (heads, 128)) for heads in range(int(first), int(first) + int(count))]
     t0, c0 = time.perf_counter(), _child_cpu()

@@ -111,10 +111,10 @@ def run_ops(device: str) -> bool:
 def compile_cuda_specializations() -> bool:
     """Build (without running) the CUDA specializations the demo's shapes need, in parallel, the
     way `python -m kernkit.jit warmup` does."""
+    from kernkit.cli.warmup import build_all
     from kernkit.ops.elementwise import scale_spec
     from kernkit.ops.embedding import indexing_spec
     from kernkit.ops.kvcache import store_spec
-    from kernkit.tools.warmup import build_all
 
     specs = [store_spec(torch.bfloat16, (8, 128)), indexing_spec(torch.float16, 256), scale_spec(torch.float32)]
     start = time.perf_counter()

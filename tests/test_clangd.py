@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from kernkit.cli.clangd import find_clangd
 from kernkit.jit.backends.base import find_cuda_home
 from kernkit.jit.paths import INCLUDE_DIR, KERNELS_DIR
-from kernkit.tools.clangd import find_clangd
 
 CLANGD = find_clangd()
 

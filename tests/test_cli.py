@@ -17,10 +17,10 @@ import pytest
 import torch
 import tvm_ffi.libinfo
 
+from kernkit.cli import cli
+from kernkit.cli.clangd import SHIM_DIR, parse_clangd_version
 from kernkit.jit import CompileError, JitSpec
 from kernkit.jit.paths import INCLUDE_DIR, KERNELS_DIR
-from kernkit.tools import cli
-from kernkit.tools.clangd import SHIM_DIR, parse_clangd_version
 
 
 def run_module(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:

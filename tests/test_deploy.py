@@ -149,8 +149,8 @@ def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(fr
 
 
 def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fresh_cache):
+    from kernkit.cli import doctor
     from kernkit.jit import freeze
-    from kernkit.tools import doctor
 
     freeze("warn")
     assert os.environ["KERNKIT_FREEZE"] == "warn"
@@ -162,8 +162,8 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fres
     with pytest.raises(ValueError, match="mode must be"):
         freeze("later")
 
+    from kernkit.cli import cache as tool
     from kernkit.jit import cache
-    from kernkit.tools import cache as tool
 
     with open(cache.root() / "frozen-compiles.jsonl", "a") as f:
         f.write('{"title": "cut sh')  # a writer killed mid-line: doctor still reports the whole records
@@ -197,7 +197,7 @@ def _rewrite(archive: Path, out: Path, change) -> None:
 
 
 def test_an_exported_build_imports_into_another_cache_and_loads_without_a_compiler(tmp_path, monkeypatch):
-    from kernkit.tools import cache as tool
+    from kernkit.cli import cache as tool
 
     build = _scale_build(tmp_path / "a", monkeypatch)
     archive = tmp_path / "kernels.tar.gz"
@@ -252,8 +252,8 @@ def test_a_frozen_process_loads_a_build_of_other_compilers(tmp_path, monkeypatch
 
 
 def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch):
+    from kernkit.cli import cache as tool
     from kernkit.jit.paths import PACKAGE_ROOT
-    from kernkit.tools import cache as tool
 
     _scale_build(tmp_path / "a", monkeypatch)
     tool.export_builds(tmp_path / "x.tar.gz")
@@ -278,7 +278,7 @@ def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch
 
 @pytest.mark.parametrize("damage", ["truncated", "altered", "other arch", "other kernkit", "foreign header"])
 def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_path, monkeypatch, damage):
-    from kernkit.tools import cache as tool
+    from kernkit.cli import cache as tool
 
     _scale_build(tmp_path / "a", monkeypatch)
     tool.export_builds(tmp_path / "x.tar.gz")
@@ -310,9 +310,9 @@ def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_
 
 
 def test_an_import_into_a_cache_that_cannot_be_written_stops_with_a_message(tmp_path, monkeypatch):
+    from kernkit.cli import cache as tool
+    from kernkit.cli import cli
     from kernkit.jit import cache
-    from kernkit.tools import cache as tool
-    from kernkit.tools import cli
 
     _scale_build(tmp_path / "a", monkeypatch)
     assert cli.main(["cache", "export", str(tmp_path / "x.tar.gz")]) == 0
@@ -327,7 +327,7 @@ def test_an_import_into_a_cache_that_cannot_be_written_stops_with_a_message(tmp_
 
 
 def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
-    from kernkit.tools import cache as tool
+    from kernkit.cli import cache as tool
 
     _scale_build(tmp_path / "a", monkeypatch)
     tool.export_builds(tmp_path / "x.tar.gz")
@@ -343,7 +343,7 @@ def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
 
 
 def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatch, fresh_cache):
-    from kernkit.tools import cache as tool
+    from kernkit.cli import cache as tool
 
     spec = elementwise.scale_spec(torch.float16, "emu")
     record = tmp_path / "m.json"
@@ -374,7 +374,7 @@ def test_a_shared_read_only_cache_is_searched_first(tmp_path, monkeypatch):
 
 
 def test_prune_keeps_the_newest_builds_of_each_kernel(tmp_path, monkeypatch):
-    from kernkit.tools import cache as tool
+    from kernkit.cli import cache as tool
 
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
     for dtype in (torch.float32, torch.float16, torch.bfloat16):

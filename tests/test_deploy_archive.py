@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernkit.cli import cache as tool
+from kernkit.cli import cli
 from kernkit.jit import JitDisabledError, JitSpec, cache
 from kernkit.jit.paths import KERNELS_DIR
 from kernkit.ops import activation, elementwise
-from kernkit.tools import cache as tool
-from kernkit.tools import cli
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ import torch
 
 from kernkit import ops
 from kernkit.jit import maker, manifest
-from kernkit.tools import replay
+from kernkit.cli import replay
 from kernkit.ops import elementwise
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def scale_cold(monkeypatch, fresh_cache):
 
 @pytest.mark.parametrize("value", ["1", "true", "on", "yes", "errors", "Error!"])
 def test_an_unknown_freeze_value_raises_at_the_first_load_and_never_means_off(scale_cold, monkeypatch, value):
-    from kernkit.tools import doctor
+    from kernkit.cli import doctor
 
     monkeypatch.setenv("KERNKIT_FREEZE", value)
     with pytest.raises(ValueError, match=rf"KERNKIT_FREEZE must be one of 'error', 'warn', 'off' \(or unset\), "
@@ -279,7 +279,7 @@ def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(thre
     import errno
     import shutil
 
-    from kernkit.tools import cli
+    from kernkit.cli import cli
 
     shutil.copytree(three_builds, fresh_cache)
     builds = sorted(p.parent for p in fresh_cache.glob("v2/scale/*/*/lib.so"))
@@ -304,8 +304,8 @@ def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(thre
 
 @pytest.mark.parametrize("days", ["nan", "inf", "-3"])
 def test_prune_refuses_a_number_of_days_that_is_not_one(fresh_cache, capsys, days):
-    from kernkit.tools import cache as tool
-    from kernkit.tools import cli
+    from kernkit.cli import cache as tool
+    from kernkit.cli import cli
 
     with pytest.raises(tool.ArchiveError, match=rf"a number of days >= 0, got '{days}'"):
         tool.parse_date(days)
@@ -318,8 +318,8 @@ def test_an_archive_entrys_escape_codes_are_printed_escaped(three_builds, tmp_pa
     import io
     import tarfile
 
-    from kernkit.tools import cache as tool
-    from kernkit.tools import cli
+    from kernkit.cli import cache as tool
+    from kernkit.cli import cli
 
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(three_builds))
     tool.export_builds(tmp_path / "x.tar.gz")

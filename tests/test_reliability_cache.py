@@ -630,7 +630,7 @@ def test_compiler_version_that_is_not_utf8_is_recorded(tmp_path, fresh_cache, mo
 
 
 def test_clangd_version_that_is_not_utf8_is_read(tmp_path, monkeypatch):
-    from kernkit.tools.clangd import find_clangd
+    from kernkit.cli.clangd import find_clangd
 
     clangd = tmp_path / "clangd"
     clangd.write_text('#!/bin/bash\nprintf "caf\\xe9 clangd version 21.1.0\\n"\n')

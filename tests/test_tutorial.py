@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernkit.cli import cli
 from kernkit.ops import registered_ops
-from kernkit.tools import cli
 
 REPO = Path(__file__).resolve().parent.parent
 TUTORIAL = REPO / "docs" / "tutorial-add-a-kernel.md"

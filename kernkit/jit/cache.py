@@ -48,6 +48,7 @@ from pathlib import Path
 from .config import CACHE_DIR_VAR, cache_dir
 from .paths import LIB_NAME, PACKAGE_ROOT
 
+#: The layout version: the cache's builds live under ``<cache>/v2``.
 LAYOUT = "v2"
 
 #: A staging directory untouched for this long, whose builder no longer holds its lock, belongs
@@ -74,7 +75,7 @@ def dir_problem(root: Path, doing: str, error: OSError) -> CacheDirError:
 
 
 def root() -> Path:
-    """``<cache>/v2``, absolute."""
+    """```<cache>/v2```, absolute."""
     return cache_dir().absolute() / LAYOUT
 
 
@@ -86,6 +87,7 @@ def ensure_dir(path: Path) -> None:
 
 
 def sha256(path: Path | str) -> str:
+    """The SHA-256 (hex) of a file's content, read in blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

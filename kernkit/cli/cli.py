@@ -1,5 +1,5 @@
 """``python -m kernkit.jit`` (or the ``kernkit`` console script): the command line of kernkit's
-developer tools. Each subcommand is a module of ``kernkit.tools`` with a ``run(args)``; its
+developer tools. Each subcommand is a module of ``kernkit.cli`` with a ``run(args)``; its
 docstring is the subcommand's help."""
 
 from __future__ import annotations
@@ -10,9 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..jit import ArchError
-from ..jit.backends import BACKENDS
-from ..jit.manifest import ManifestError
+from ..jit import BACKENDS, ArchError, ManifestError
 from . import cache, clangd, doctor, warmup
 
 #: The subcommands; ``clangd`` runs when none is given.

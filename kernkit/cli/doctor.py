@@ -20,13 +20,9 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from ..jit.arch import ArchError, target_arch
-from ..jit.backends import default_backend
-from ..jit.backends.base import ToolchainError, find_cuda_home, find_cxx, version
-from ..jit.backends.nvrtc import toolkit
-from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR
-from ..jit.cache import frozen_compiles, root
-from ..jit.config import frozen, jit_enabled
+from ..jit import (ARCH_VAR, BACKEND_VAR, SHARED_VAR, ArchError, ToolchainError, cache_root, compiler_version,
+                   default_backend, find_cuda_home, find_cxx, frozen, frozen_compiles, jit_enabled, nvrtc_toolkit,
+                   target_arch)
 from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 
@@ -34,14 +30,14 @@ from .clangd import find_clangd
 def _compiler(find) -> tuple[str, bool]:
     try:
         path = find()
-        return f"{path}: {version(path)}", False
+        return f"{path}: {compiler_version(path)}", False
     except (ToolchainError, OSError) as e:
         return str(e), True
 
 
 def _nvrtc() -> tuple[str, bool]:
     try:
-        kit = toolkit()
+        kit = nvrtc_toolkit()
     except ToolchainError as e:
         return f"{e} (only the nvrtc backend needs it)", False
     return f"{kit.nvrtc}; headers {', '.join(kit.include)}", False
@@ -98,7 +94,7 @@ def report() -> list[tuple[str, str, bool]]:
         arch_line = (f"{arch} (sm_{arch.sm}, from {where}; {'PDL' if arch.major >= 9 else 'no PDL: needs sm_90'})",
                      False)
     lines.append(("target arch", *arch_line))
-    cache = root()
+    cache = cache_root()
     existing = next(p for p in (cache, *cache.parents) if p.exists())
     writable = os.access(existing, os.W_OK)
     try:

@@ -39,12 +39,9 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from ..jit.arch import ArchError, CudaArch, target_arch
-from ..jit.cache import (LAYOUT, CacheDirError, CorruptBuildError, check_record, discard, file_record, find,
-                         local_path, publish, read_build, root, sha256, staging_dir)
-from ..jit.config import SHARED_VAR, shared_entries
-from ..jit.paths import LIB_NAME
-from ..jit.spec import JitSpec
+from ..jit import (CACHE_LAYOUT, LIB_NAME, SHARED_VAR, ArchError, CacheDirError, CorruptBuildError, CudaArch, JitSpec,
+                   cache_root, check_record, discard_build, file_record, file_sha256, find_build, local_path,
+                   publish_build, read_build, shared_entries, staging_dir, target_arch)
 from . import replay
 
 #: The archive's layout version (its ``index.json``).
@@ -85,7 +82,7 @@ def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[
     kernel
         Only this kernel's (the first element of its marker, e.g. ``scale``); default: all.
     top
-        The ``v2`` directory of the cache to read (``shared_roots()``); default: ``root()``.
+        The ``v2`` directory of the cache to read (``shared_roots()``); default: ``cache_root()``.
 
     Returns
     -------
@@ -94,7 +91,7 @@ def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[
     left out.
     """
     builds = []
-    for meta in sorted((top or root()).glob("[!.]*/[!.]*/[!.]*/meta.json")):  # not .locks, .staging, .failed
+    for meta in sorted((top or cache_root()).glob("[!.]*/[!.]*/[!.]*/meta.json")):  # not .locks, .staging, .failed
         if kernel is None or meta.parents[2].name == kernel:
             try:
                 record = read_build(meta.parent)
@@ -108,7 +105,7 @@ def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[
 
 def shared_roots() -> list[Path]:
     """The ``v2`` directories of the read-only caches of ``KERNKIT_CACHE_SHARED``, in search order."""
-    return [d.absolute() / LAYOUT for d in shared_entries()]
+    return [d.absolute() / CACHE_LAYOUT for d in shared_entries()]
 
 
 def clear(kernel: str | None = None) -> tuple[int, list[Path]]:
@@ -120,14 +117,14 @@ def clear(kernel: str | None = None) -> tuple[int, list[Path]]:
     ``(removed, left)``: the number of published builds removed, and the directories (builds,
     kept failures) that could not be removed (a read-only cache).
     """
-    top = root()
+    top = cache_root()
     builds = [path for path, _ in published(kernel)]
     kernels = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")] if top.is_dir() else []
     failed = list((top / ".failed").iterdir()) if (top / ".failed").is_dir() else []
     kept_failures = []
     for path in kernels + failed:
         if kernel is None or (path.name if path in kernels else path.name.rsplit("-", 1)[0]) == kernel:
-            if not discard(path) and path in failed:
+            if not discard_build(path) and path in failed:
                 kept_failures.append(path)
     left = [b for b in builds if os.path.lexists(b)]
     return len(builds) - len(left), left + kept_failures
@@ -150,7 +147,7 @@ def prune(keep: int | None = None, before: float | None = None) -> tuple[int, li
         builds.sort(reverse=True)
         for rank, (built_at, path) in enumerate(builds):
             if (keep is not None and rank >= keep) or (before is not None and built_at < before):
-                if discard(path):
+                if discard_build(path):
                     removed += 1
                 else:
                     left.append(path)
@@ -197,13 +194,13 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     else:
         builds = []
         for spec in replay.specs(manifest_file):
-            lib = find(spec.key_dir, None)
+            lib = find_build(spec.key_dir, None)
             record = read_build(lib.parent) if lib is not None else None
             if record is None:
-                raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {root()}: run "
+                raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {cache_root()}: run "
                                    f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
             builds.append((lib.parent, record))
-    index = [{"dir": path.relative_to(root()).as_posix(), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
+    index = [{"dir": path.relative_to(cache_root()).as_posix(), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
              for path, meta in builds]
     tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
     try:
@@ -214,7 +211,7 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
             tar.addfile(info, io.BytesIO(data))
             for path, _ in builds:
                 for name in (LIB_NAME, "meta.json"):
-                    tar.add(path / name, f"{path.relative_to(root()).as_posix()}/{name}")
+                    tar.add(path / name, f"{path.relative_to(cache_root()).as_posix()}/{name}")
         os.replace(tmp, archive)
     except OSError as e:
         raise ArchiveError(f"cannot write the archive {archive}: {e.strerror or e}") from None
@@ -267,7 +264,7 @@ def import_builds(archive: Path, archs: list[str] | None = None,
             try:
                 staging = staging_dir(entry["sha256"][:16])
                 meta = _check_member(tar, entry, staging, allowed)
-                publish(staging, root() / entry["dir"], meta)
+                publish_build(staging, cache_root() / entry["dir"], meta)
                 done.append(entry["title"])
             except CacheDirError as e:  # no member can be published: stop, saying why
                 raise ArchiveError(f"cannot import {archive}: {e}") from None
@@ -275,7 +272,7 @@ def import_builds(archive: Path, archs: list[str] | None = None,
                 refused.append(f"{entry['dir']} ({entry['title']}): {e}")
             finally:
                 if staging is not None:  # gone once published; else what was extracted
-                    discard(staging)
+                    discard_build(staging)
     return done, refused
 
 
@@ -352,7 +349,7 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
             shutil.copyfileobj(src, dst)
     meta = check_record(json.loads((staging / "meta.json").read_bytes()))
     (staging / "meta.json").unlink()  # publish writes the record anew
-    digest = sha256(staging / LIB_NAME)
+    digest = file_sha256(staging / LIB_NAME)
     if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
         raise ValueError(f"{LIB_NAME} does not match its recorded sha256 (truncated or altered)")
     if (meta["kernkit"], meta["tvm_ffi"]) != (__version__, tvm_ffi.__version__):
@@ -385,7 +382,7 @@ def _bind(member: str, meta: dict) -> None:
         spec = JitSpec.from_request(meta["request"])
     except (KeyError, TypeError, ValueError, OSError, ArchError) as e:
         raise ValueError(f"its build request cannot be made here: {type(e).__name__}: {e}") from None
-    where, placed = spec.key_dir.relative_to(root()).as_posix(), member.rsplit("/", 1)[0]
+    where, placed = spec.key_dir.relative_to(cache_root()).as_posix(), member.rsplit("/", 1)[0]
     if (spec.key, spec.title, spec.backend, str(spec.arch) if spec.arch else None) != (
             meta["key"], meta["title"], meta["backend"], meta["arch"]):
         raise ValueError(f"its record is not of the build it requests, {spec.label} key {spec.key[:16]}")
@@ -405,7 +402,7 @@ def _report_removal(n: int, left: list[Path], which: str) -> int:
     exit status: 1 when something could not be removed, else 0."""
     for path in left:
         print(f"NOT REMOVED {path}")
-    print(f"removed {n} build{'s' * (n != 1)}{which} from {root()}"
+    print(f"removed {n} build{'s' * (n != 1)}{which} from {cache_root()}"
           + (f"; {len(left)} could not be removed (is the cache writable?)" if left else ""))
     return 1 if left else 0
 
@@ -423,7 +420,7 @@ def run(args: argparse.Namespace) -> int:
         return _report_removal(n, left, "")
     if args.action == "export":
         n = export_builds(Path(args.archive), args.manifest)
-        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {sha256(args.archive)} "
+        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {file_sha256(args.archive)} "
               f"(import it with --expect-sha256 of this)")
         return 0
     if args.action == "import":
@@ -433,7 +430,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"REFUSED {printable(line)}")
         new = len({path for path, _ in published()} - before)
         present = f" ({len(done) - new} already present)" if len(done) > new else ""
-        print(f"imported {new} build{'s' * (new != 1)} into {root()}{present}, refused {len(refused)}")
+        print(f"imported {new} build{'s' * (new != 1)} into {cache_root()}{present}, refused {len(refused)}")
         return 1 if refused else 0
     if args.action == "clear":
         n, left = clear(args.kernel)
@@ -442,7 +439,7 @@ def run(args: argparse.Namespace) -> int:
     now, shared = time.time(), shared_roots()
     rows = [("SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE", *(("CACHE",) if shared else ()))]
     totals = []
-    for i, top in enumerate([root(), *shared]):
+    for i, top in enumerate([cache_root(), *shared]):
         builds = published(top=top)
         total = 0
         for path, meta in builds:

@@ -3,6 +3,7 @@ docstring is that subcommand's ``-h`` text.
 
 ``clangd`` (editor setup), ``cache`` (list or clear the built specializations), ``warmup``
 (ahead-of-time builds of the registered ops) and ``doctor`` (what the JIT layer sees); ``cli``
-parses the command line. The tools sit above ``kernkit.jit`` and ``kernkit.ops`` and use only
-their public functions; nothing below imports them.
+parses the command line and ``replay`` turns a manifest into specs for ``warmup`` and ``cache``.
+The tools sit above ``kernkit.jit`` and ``kernkit.ops`` and use only their public functions
+(the names in their ``__all__``); nothing below imports them.
 """

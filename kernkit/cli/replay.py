@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..jit import ArchError, CudaArch, JitSpec
-from ..jit.manifest import ManifestError, read
+from ..jit import ArchError, CudaArch, JitSpec, ManifestError, read_manifest
 
 #: The fields of a request that list flags: replaying a request passes them to the compilers.
 FLAG_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
@@ -88,7 +87,7 @@ def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool 
         (a source file missing, an unknown backend), naming the request.
     """
     targets = [CudaArch.parse(a) for a in archs]
-    requests = read(path)
+    requests = read_manifest(path)
     for i, req in enumerate(requests):
         try:
             _check_request(req, extra_flags)

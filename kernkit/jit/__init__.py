@@ -31,7 +31,7 @@ from .config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, freeze, frozen, jit_enabl
 from .manifest import ManifestError
 from .manifest import read as read_manifest
 from .memo import cache_once
-from .paths import INCLUDE_DIR, KERNELS_DIR, LIB_NAME
+from .paths import EMU_INCLUDE_DIR, INCLUDE_DIR, KERNELS_DIR, LIB_NAME
 from .spec import CaptureCompileError, FrozenCompileError, JitDisabledError, JitSpec, load_jit
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "BACKENDS",
     "BACKEND_VAR",
     "CACHE_LAYOUT",
+    "EMU_INCLUDE_DIR",
     "INCLUDE_DIR",
     "KERNELS_DIR",
     "LIB_NAME",

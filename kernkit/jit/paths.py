@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-#: kernkit's C++ headers (``#include <kernkit/...>``).
+#: kernkit's C++ headers (``#include <kernkit/...>``): what kernel authors include.
 INCLUDE_DIR = PACKAGE_ROOT / "include"
+#: The CPU emulator's headers (``#include <kernkit/emu/...>``), an include root of their own that
+#: only the emu backend's builds put on the path.
+EMU_INCLUDE_DIR = PACKAGE_ROOT / "emu" / "include"
 #: The shipped kernel templates; relative file names given to ``load_jit`` resolve here.
 KERNELS_DIR = PACKAGE_ROOT / "kernels"
 #: The library a build makes, in its build directory.

@@ -27,7 +27,7 @@
 #endif
 
 // The emulator's runtime functions (`KERNKIT_EMU_RUNTIME` in emu/sched.h) are shared code of the
-// same kind: defined where the helpers are.
+// same kind: defined where the helpers are (emu builds have the emulator's root, kernkit/emu/include).
 #if defined(KERNKIT_EMU) && KERNKIT_HOST_DEFINE_HELPERS
 #include <kernkit/emu/sched_impl.h>
 #endif

@@ -23,7 +23,7 @@ from pathlib import Path
 import tvm_ffi.libinfo
 
 from .. import maker, prebuilt
-from ..paths import INCLUDE_DIR, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT
+from ..paths import EMU_INCLUDE_DIR, INCLUDE_DIR, KERNELS_DIR, LIB_NAME, PACKAGE_ROOT
 
 #: Host C++ units (``cpp_files``).
 CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-DNDEBUG")
@@ -152,8 +152,8 @@ class Backend:
 
 
 def own_headers() -> list[Path]:
-    """kernkit's C++ headers (``INCLUDE_DIR``), emulator's included."""
-    return sorted(f for f in INCLUDE_DIR.rglob("*") if f.suffix in (".h", ".cuh"))
+    """kernkit's C++ headers (``INCLUDE_DIR``) and the emulator's (``EMU_INCLUDE_DIR``)."""
+    return sorted(f for d in (INCLUDE_DIR, EMU_INCLUDE_DIR) for f in d.rglob("*") if f.suffix in (".h", ".cuh"))
 
 
 def includes(cuda: bool) -> list[str]:

@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 from .. import pch
+from ..paths import EMU_INCLUDE_DIR
 from .base import Backend, find_cxx, includes, need_cuda_home, own_headers, stamp
 
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
@@ -29,7 +30,7 @@ class Emu(Backend):
         return [find_cxx()]
 
     def command(self, spec, compilers: list[str]) -> list[str]:
-        flags = [compilers[0], *EMU_FLAGS, *includes(cuda=True), *spec.extra_cflags]
+        flags = [compilers[0], *EMU_FLAGS, f"-I{EMU_INCLUDE_DIR}", *includes(cuda=True), *spec.extra_cflags]
         # The emulator's headers are in the precompiled header: its key covers their content.
         mine = [[str(f), hashlib.sha256(f.read_bytes()).hexdigest()] for f in own_headers()]
         header = pch.header(EMU_PRELUDE + pch.PRELUDE, flags, [stamp(compilers[0]), mine])

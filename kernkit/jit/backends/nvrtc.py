@@ -177,7 +177,7 @@ def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
     headers NVRTC cannot take; returns the sources read and the kernel names they define. Bytes
     that are not UTF-8 (a Latin-1 comment) pass through unchanged."""
     files = {f: f.relative_to(root) for root in (INCLUDE_DIR, KERNELS_DIR) for f in root.rglob("*")
-             if f.suffix in (".h", ".cuh") and "emu" not in f.relative_to(root).parts}
+             if f.suffix in (".h", ".cuh")}
     files.update((Path(f), Path(_half_name(f, i))) for i, f in enumerate(spec.cuda_files))
     kernels: set[str] = set()
     includes: set[str] = set()

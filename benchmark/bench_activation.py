@@ -49,7 +49,7 @@ def torch_fn(act: str):
 
 
 def check(device: str, dtype: torch.dtype, acts) -> None:
-    """Each op against the float64 formula (``tests/reference.py``) within its documented bound,
+    """Each op against the float64 formula (``kernkit/testing/oracle.py``) within its documented bound,
     on fresh random inputs of a few shapes (strided rows among them), into poisoned outputs;
     exits on a mismatch."""
     ref = common.reference()

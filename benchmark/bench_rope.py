@@ -51,7 +51,7 @@ def make_cache(rot_dim: int, dtype: torch.dtype, device: str) -> torch.Tensor:
 
 
 def check(device: str, dtype: torch.dtype, cache_dtype: torch.dtype) -> None:
-    """``rotary_embedding`` against the reference of ``tests/reference.py`` and against
+    """``rotary_embedding`` against the reference of ``kernkit/testing/oracle.py`` and against
     ``torch_rope`` on fresh random inputs of each model's heads; exits on a mismatch."""
     ref = common.reference()
     for name, (hq, hk, d) in MODELS.items():

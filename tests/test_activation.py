@@ -8,14 +8,11 @@ Builds: fp32 x (silu, gelu, gelu_tanh), bf16 x (silu, gelu, gelu_tanh), fp16 x s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
 
@@ -238,24 +235,13 @@ def test_specializations_describe_the_builds():
         ops["kernkit::gelu_and_mul"](approximate=["exact"])
 
 
-def _hash_tool():
-    """tools/kernel_hashes.py as a module (as tests/test_kernel_hashes.py loads it)."""
-    name = "kernel_hashes"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "tools" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 def test_hash_cases_check_the_bound(monkeypatch):
-    """tools/kernel_hashes.py records a bf16 activation case as a bound case (no hash: the
+    """kernkit/testing/hashes.py records a bf16 activation case as a bound case (no hash: the
     bound, and the error measured) only within the documented bound of the float64 formula: a
     result 1% off, or one element one ulp off, fails loudly, naming the case. An fp32 case is
     exact: hashed after the same check."""
-    kh = _hash_tool()
+    from kernkit.testing import hashes as kh
+
     case = next(c for c in kh.cases() if c.name == "silu_and_mul/silu-bf16-d1000-r7")
     rec = kh.run_case(case, torch.device("cpu"))["out"]
     assert rec["exact"] is False and "sha256" not in rec and rec["bound_ulps"] == 0.51

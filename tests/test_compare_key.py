@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 
 

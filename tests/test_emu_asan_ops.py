@@ -42,11 +42,9 @@ with ThreadPoolExecutor(len(specs)) as pool:
     print([p.name for p in pool.map(lambda s: s.build(), specs)])
 """
 
-OPS = f"""
-import sys
-sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+OPS = """
 import torch
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 
 gen = torch.Generator().manual_seed(0)

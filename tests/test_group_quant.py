@@ -1,5 +1,5 @@
 """kernkit.ops.per_token_group_quant_fp8 on CPU tensors, through the CPU emulator: the kernel
-template the GPU runs, bit-exact against the torch reference (tests/reference.py) for every
+template the GPU runs, bit-exact against the torch reference (kernkit/testing/oracle.py) for every
 dtype, group size and scale layout, within the documented error of float64, its special groups
 (zeros, NaN, inf, tiny values, saturation, eps 0), its scale layouts (strides, packed UE8M0
 bytes, padding), strided and misaligned rows (the scalar variant), ``out=``, its errors, and
@@ -18,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_group_quant_fp8, registered_ops
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, _module, per_token_group_quant_fp8_spec

@@ -1,28 +1,28 @@
 """GPU agreement: the CPU emulator reproduces ``tests/data/kernel_hashes.json``, the hashes of
-every shipped kernel's outputs on the fixed cases of ``tools/kernel_hashes.py`` (written on the
-GPU with ``python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json``).
+every shipped kernel's outputs on the fixed cases of ``kernkit/testing/hashes.py`` (written on the
+GPU with ``python -m kernkit.testing.hashes --device cuda --write tests/data/kernel_hashes.json``).
 Bound cases (the activations in fp16/bf16, built on the hardware's approximate exp2 and
 reciprocal) are checked within their stated bound on both sides instead of by their bytes."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+from kernkit.testing import hashes
+
 
 REPO = Path(__file__).resolve().parent.parent
 HASH_FILE = REPO / "tests" / "data" / "kernel_hashes.json"
 
 #: The kernel each CUDA file under kernkit/kernels belongs to. A new file with a ``__global__``
-#: kernel must be added here and get cases in tools/kernel_hashes.py.
+#: kernel must be added here and get cases in kernkit/testing/hashes.py.
 KERNEL_FILES = {
     "activation/act_and_mul.cuh": "act_and_mul",
     "norm/rmsnorm.cuh": "rmsnorm",
@@ -37,19 +37,9 @@ KERNEL_FILES = {
 }
 
 
-def load_tool():
-    name = "kernel_hashes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "kernel_hashes.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def kh():
-    return load_tool()
+    return hashes
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +91,7 @@ def test_every_shipped_kernel_has_cases(kh):
     with_kernels = {p.relative_to(kernels_dir).as_posix() for p in kernels_dir.rglob("*.cuh")
                     if "__global__" in p.read_text()}
     assert with_kernels == set(KERNEL_FILES), (
-        "CUDA kernel files changed: map them in KERNEL_FILES and give them cases in tools/kernel_hashes.py")
+        "CUDA kernel files changed: map them in KERNEL_FILES and give them cases in kernkit/testing/hashes.py")
     covered = {c.kernel for c in kh.cases()}
     assert covered == set(KERNEL_FILES.values())
 
@@ -111,7 +101,7 @@ def test_emulator_reproduces_the_hash_file(kh, expected, computed):
     assert not problems, f"{len(problems)} cases differ from {HASH_FILE.name}:\n" + "\n".join(problems)
     if expected["source"] != "gpu":
         warnings.warn(f"{HASH_FILE.name} was written by the CPU emulator, not on a GPU: regenerate it with "
-                      "`python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json`",
+                      "`python -m kernkit.testing.hashes --device cuda --write tests/data/kernel_hashes.json`",
                       UserWarning)
 
 

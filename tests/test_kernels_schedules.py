@@ -3,7 +3,7 @@ emulator, under three thread schedules (``KERNKIT_EMU_SEED`` 0, 1 and 2, read at
 bit-exact against plain torch, out-of-range indices never written, and the GPU hash file
 reproduced under every schedule.
 
-The shapes are those of tools/kernel_hashes.py, so both files share their builds."""
+The shapes are those of kernkit/testing/hashes.py, so both files share their builds."""
 
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import reference
 from kernkit import ops
-from test_kernel_hashes import HASH_FILE, load_tool
+from kernkit.testing import hashes as kh
+from test_kernel_hashes import HASH_FILE
 
-kh = load_tool()
 
 SEEDS = ["0", "1", "2"]
 POOL = 600
@@ -135,7 +134,7 @@ def test_scale(seed, dtype, n):
 
 
 def test_hash_cases_under_every_schedule(seed):
-    """The fixed cases of tools/kernel_hashes.py (each checked against the torch reference)
+    """The fixed cases of kernkit/testing/hashes.py (each checked against the torch reference)
     give the hash file's bytes under this schedule too."""
     hashes = kh.compute("cpu")
     problems = kh.compare(json.loads(HASH_FILE.read_text()), hashes)

@@ -16,7 +16,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-import reference as kernel_order
+from kernkit.testing import oracle as kernel_order
 from kernkit.jit import JitSpec
 from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
 
@@ -54,8 +54,8 @@ def test_rmsnorm_within_the_stated_tolerance(dtype, hidden, lead):
 @pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
 @pytest.mark.parametrize("rows", [37, 1100], ids=lambda r: f"{r}rows")
 def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden, rows):
-    """``tests/reference.py`` (``kernel_order``) repeats the kernel's fp32 operations in its order (what
-    ``tools/kernel_hashes.py`` compares byte for byte): the emulator matches it exactly, for
+    """``kernkit/testing/oracle.py`` (``kernel_order``) repeats the kernel's fp32 operations in its order (what
+    ``kernkit/testing/hashes.py`` compares byte for byte): the emulator matches it exactly, for
     rows of several magnitudes, few rows and many."""
     g = torch.Generator().manual_seed(hidden)
     mag = torch.exp2(torch.randint(-8, 9, (rows, 1), generator=g).float())

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import qk_norm, registered_ops, rmsnorm
 

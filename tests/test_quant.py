@@ -1,5 +1,5 @@
 """kernkit.ops.per_token_quant_fp8 on CPU tensors, through the CPU emulator: the kernel template
-the GPU runs, bit-exact against the fp32 torch reference (tests/reference.py), within the
+the GPU runs, bit-exact against the fp32 torch reference (kernkit/testing/oracle.py), within the
 documented error of a float64 computation, its special rows (zeros, NaN, inf, saturation), its
 layouts (strided and misaligned rows, other ranks, ``out=``), its errors, and its custom ops."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_quant_fp8, registered_ops
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import registered_ops, rotary_embedding
 

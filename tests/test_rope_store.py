@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
 from test_rope import MAX_POS, make_cache, rand
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 from kernkit.ops.kvcache import store_spec
 from rowdata import rand_rows, same_bytes

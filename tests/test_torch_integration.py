@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 from kernkit.jit import CaptureCompileError, JitDisabledError, ToolchainError
 from kernkit.ops import elementwise, embedding, kvcache, radix

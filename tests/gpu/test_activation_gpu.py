@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import gelu_and_mul, silu_and_mul
 from kernkit.ops.activation import ACTIVATIONS, act_and_mul_spec

@@ -1,5 +1,5 @@
 """kernkit.ops.per_token_group_quant_fp8 on the GPU, bit for bit against the torch reference
-(tests/reference.py, run on the CPU): every dtype, group size and scale layout, DeepSeek-V3's
+(kernkit/testing/oracle.py, run on the CPU): every dtype, group size and scale layout, DeepSeek-V3's
 hidden size, strided and misaligned rows (the scalar variant), special groups (NaN included:
 the kernel writes one NaN), ``out=``, a non-default stream, CUDA-graph replay, and the PDL
 variant next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_group_quant_fp8
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.ops.kvcache import store_spec

@@ -1,6 +1,6 @@
 """kernkit.ops.rmsnorm and kernkit.ops.fused_add_rmsnorm on the GPU: against the float64 formula
 within the docstrings' tolerance and bit for bit against the kernel-order fp32 reference
-(``tests/reference.py``, run on the CPU), every dtype, model and odd hidden sizes, strided rows,
+(``kernkit/testing/oracle.py``, run on the CPU), every dtype, model and odd hidden sizes, strided rows,
 multi-dimensional inputs, a non-default stream, CUDA-graph replay, torch.compile, and the PDL
 variant next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference as kernel_order
+from kernkit.testing import oracle as kernel_order
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
 from kernkit.ops.norm import norm_spec

@@ -1,5 +1,5 @@
 """kernkit.ops.qk_norm on the GPU: bit for bit against the kernel-order fp32 reference
-(``tests/reference.py``, run on the CPU) and within rmsnorm's tolerance of float64, every dtype
+(``kernkit/testing/oracle.py``, run on the CPU) and within rmsnorm's tolerance of float64, every dtype
 and head size, q and k sliced from one QKV tensor at model sizes, CUDA-graph replay and the PDL
 variant next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import qk_norm
 from kernkit.ops.qk_norm import QK_NORM_HEAD_DIMS, qk_norm_spec

@@ -1,5 +1,5 @@
 """kernkit.ops.per_token_quant_fp8 on the GPU, bit for bit against the fp32 torch reference
-(tests/reference.py) and within the documented error of float64: every dtype, model and odd hidden
+(kernkit/testing/oracle.py) and within the documented error of float64: every dtype, model and odd hidden
 sizes, strided and misaligned rows, special rows, a non-default stream, CUDA-graph replay, and
 the PDL variant next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_quant_fp8
 from kernkit.ops.quant import per_token_quant_fp8_spec

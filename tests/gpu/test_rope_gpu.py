@@ -7,14 +7,11 @@ GPU machine."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import reference  # noqa: E402
+from kernkit.testing import oracle as reference
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding  # noqa: E402

@@ -6,14 +6,11 @@ next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import reference  # noqa: E402
+from kernkit.testing import oracle as reference
 
 from kernkit.jit import JitSpec, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding, rotary_embedding_store, store_cache  # noqa: E402

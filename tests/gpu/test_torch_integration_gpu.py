@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-import reference
+from kernkit.testing import oracle as reference
 from kernkit import ops
 from kernkit.jit import CaptureCompileError
 

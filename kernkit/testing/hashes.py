@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Hashes of every shipped CUDA kernel's outputs on a fixed set of inputs.
 
 The same cases run on the GPU (``--device cuda``) and on the CPU emulator (``--device cpu``).
@@ -10,8 +9,8 @@ within the bound the op's docstring states; the file records that bound and the 
 measured on the device that wrote it, and a check passes where the computing device stays
 within the same bound.
 
-    python tools/kernel_hashes.py --device cuda --write tests/data/kernel_hashes.json   # on a GPU
-    python tools/kernel_hashes.py --device cpu --check tests/data/kernel_hashes.json    # anywhere
+    python -m kernkit.testing.hashes --device cuda --write tests/data/kernel_hashes.json   # on a GPU
+    python -m kernkit.testing.hashes --device cpu --check tests/data/kernel_hashes.json    # anywhere
 
 Inputs come from a ``torch.Generator`` seeded per case (from the case's name) on the CPU and are
 then copied to the device, so both sides see identical bytes. An output's hash is the sha256 of
@@ -41,8 +40,7 @@ import torch
 
 from kernkit import ops
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import reference  # noqa: E402  (the tests' torch oracle)
+from . import oracle as reference
 
 FORMAT = 2
 

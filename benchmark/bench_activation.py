@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
+from kernkit.testing.oracle import op_tests  # noqa: E402
 
 from kernkit.ops import gelu_and_mul, silu_and_mul  # noqa: E402
 
@@ -52,14 +53,14 @@ def check(device: str, dtype: torch.dtype, acts) -> None:
     """Each op against the float64 formula (``kernkit/testing/oracle.py``) within its documented bound,
     on fresh random inputs of a few shapes (strided rows among them), into poisoned outputs;
     exits on a mismatch."""
-    ref = common.reference()
+    ref = op_tests("activation")
     for act in acts:
         for shape in ((1, 16), (37, 258), (3, 5, 2048)):
             wide = torch.randn(*shape[:-1], shape[-1] + 8, device=device).mul(3).to(dtype)
             for x in (wide[..., : shape[-1]], wide[..., 1 : shape[-1] + 1]):
                 out = torch.full((*shape[:-1], shape[-1] // 2), float("nan"), device=device, dtype=dtype)
                 kernkit_fn(act)(x, out)
-                xc, want = x.cpu(), ref.act_and_mul(x.cpu(), act)
+                xc, want = x.cpu(), ref.ref_act_and_mul(x.cpu(), act)
                 if not bool(((out.cpu().double() - want).abs() <= ref.act_and_mul_bound(xc, want, act)).all()):
                     sys.exit(f"{act}_and_mul: result outside the documented tolerance for shape {shape} on {device}")
     print(f"checked {', '.join(acts)} against the float64 formulas on {device}", flush=True)

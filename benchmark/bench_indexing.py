@@ -1,7 +1,7 @@
 """Benchmark indexing (embedding lookup) on the GPU: CUDA-graph time per call against
 F.embedding, torch.compile of it and the device copy bandwidth, for n from 1 to 65536.
 
-    python benchmark/bench_indexing.py --out DIR [--ns 1,64,65536] [--per-thread 2,8]
+    python benchmark/bench_ref.py --out DIR [--ns 1,64,65536] [--per-thread 2,8]
 
 Bytes counted per call: n table rows read and n output rows written (2 x n x row bytes). Ids
 are random over the whole table; outputs are rotated over enough buffers that each graph
@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
+from kernkit.testing.oracle import op_tests  # noqa: E402
 
 from kernkit import ops  # noqa: E402
 from kernkit.jit import JitSpec  # noqa: E402
@@ -29,20 +30,20 @@ from kernkit.ops import embedding, kvcache  # noqa: E402
 
 def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str | None) -> JitSpec:
     """The op's indexing spec but for ``per_thread`` vectors in flight."""
-    return kvcache.row_spec("indexing", "embedding/indexing.cuh", dtype.itemsize, hidden * dtype.itemsize,
+    return kvcache.row_spec("indexing", "embedding/ref.cuh", dtype.itemsize, hidden * dtype.itemsize,
                             per_thread, backend)
 
 
 def check(fns: dict, device: str, dtype: torch.dtype, hidden: int) -> None:
     """Each function (``fn(out, weight, ids, vocab_range)``) against the reference on fresh
     random inputs, ids outside the shard included, into poisoned outputs; exits on a mismatch."""
-    ref = common.reference()
+    ref = op_tests("indexing")
     rows, start = 500, 100
     weight = torch.randn(rows, hidden, device=device).to(dtype)
     for n in (1, 37, 300):
         ids = torch.randint(0, start + rows + 50, (n,), device=device, dtype=torch.int32)
         want = torch.empty(n, hidden, dtype=dtype, device=device)
-        ref.indexing(want, weight, ids, start, rows)
+        ref.ref_indexing(want, weight, ids, start, rows)
         for name, fn in fns.items():
             got = torch.full_like(want, float("nan"))
             fn(got, weight, ids, (start, rows))
@@ -136,8 +137,8 @@ def main() -> None:
     lines += common.markdown_table(columns, rows)
     lines += ["", "Host cost per call at n=64 (us, calls issued back to back, best of 7 interleaved rounds):", ""]
     lines += common.markdown_table(["what", "us/call"], [[name, us] for name, us in host.items()])
-    common.write_report(args.out, "indexing.md", lines)
-    common.plot_bandwidth(args.out / "indexing.png", f"indexing, {row_bytes} B rows", [r[0] for r in rows], series,
+    common.write_report(args.out, "ref.md", lines)
+    common.plot_bandwidth(args.out / "ref.png", f"indexing, {row_bytes} B rows", [r[0] for r in rows], series,
                           ceiling)
 
 

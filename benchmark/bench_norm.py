@@ -2,7 +2,7 @@
 torch function run eagerly and through torch.compile: CUDA-graph time per call and achieved
 bandwidth, for hidden sizes 4096 (Llama-3-8B) and 5120 (Qwen) and 1 to 16384 tokens.
 
-    python benchmark/bench_norm.py --out DIR [--dtype bf16] [--hiddens 4096,5120] [--tokens 1,16,...]
+    python benchmark/bench_ref.py --out DIR [--dtype bf16] [--hiddens 4096,5120] [--tokens 1,16,...]
 
 Bytes counted per call, each once: rmsnorm reads x and weight and writes out
 (2 x tokens x hidden + hidden elements); fused_add_rmsnorm reads x, residual and weight and
@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
+from kernkit.testing.oracle import op_tests  # noqa: E402
 
 from kernkit.ops import fused_add_rmsnorm, rmsnorm  # noqa: E402
 
@@ -49,7 +50,7 @@ def _fail(what: str) -> None:
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """Both ops against the references on fresh random inputs of a few shapes, into poisoned
     outputs; exits on a mismatch."""
-    ref = common.reference()
+    ref = op_tests("norm")
     for hidden in hiddens:
         for lead in ((1,), (37,), (3, 5)):
             x = torch.randn(*lead, hidden).mul(3).to(dtype)
@@ -58,7 +59,7 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
             out = torch.full_like(x, float("nan"), device=device)
             rmsnorm(x.to(device), w.to(device), EPS, out=out)
             want = torch.empty_like(x)
-            ref.rmsnorm(want, x, w, EPS)
+            ref.ref_rmsnorm(want, x, w, EPS)
             if not torch.equal(out.cpu(), want):
                 _fail(f"rmsnorm differs from the reference for {dtype} {[*lead, hidden]} on {device}")
             exact = ref.rmsnorm64(x, w, EPS)
@@ -66,7 +67,7 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
                 _fail(f"rmsnorm outside its tolerance for {dtype} {[*lead, hidden]}")
             xd, rd = x.to(device), r.to(device)
             fused_add_rmsnorm(xd, rd, w.to(device), EPS)
-            ref.fused_add_rmsnorm(x, r, w, EPS)
+            ref.ref_fused_add_rmsnorm(x, r, w, EPS)
             if not (torch.equal(xd.cpu(), x) and torch.equal(rd.cpu(), r)):
                 _fail(f"fused_add_rmsnorm differs from the reference for {dtype} {[*lead, hidden]} on {device}")
     print(f"checked rmsnorm and fused_add_rmsnorm against the torch reference on {device}", flush=True)

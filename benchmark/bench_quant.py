@@ -3,7 +3,7 @@ eager and through torch.compile: CUDA-graph time per call and achieved bandwidth
 sizes 4096 and 5120 (Llama-3-8B's and Qwen's widths) and 14336 (Llama-3-8B's MLP width), from
 1 to 16384 tokens.
 
-    python benchmark/bench_quant.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336] [--tokens 1,16,...]
+    python benchmark/bench_ref.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336] [--tokens 1,16,...]
 
 Bytes counted per call: the input read once, the fp8 output and the fp32 scales written once
 (tokens x (hidden x (element size + 1) + 4)). Inputs are rotated over enough buffers that each
@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
+from kernkit.testing.oracle import op_tests  # noqa: E402
 
 from kernkit.ops import per_token_quant_fp8  # noqa: E402
 
@@ -34,14 +35,14 @@ HIDDEN = (4096, 5120, 14336)
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """``per_token_quant_fp8`` against the reference on fresh random rows of a few shapes (a
     zero row included), into poisoned outputs; exits on a mismatch."""
-    ref = common.reference()
+    ref = op_tests("quant")
     for hidden in hiddens:
         for shape in ((1, hidden), (5, hidden), (2, 3, hidden)):
             x = torch.randn(shape, device=device).to(dtype)
             x[0] = 0
             out = torch.full(shape, float("nan"), device=device).to(torch.float8_e4m3fn)
             q, scales = per_token_quant_fp8(x, out=out)
-            want_q, want_scales = ref.per_token_quant_fp8(x)
+            want_q, want_scales = ref.ref_per_token_quant_fp8(x)
             if not (torch.equal(q.view(torch.uint8), want_q.view(torch.uint8)) and torch.equal(scales, want_scales)):
                 sys.exit(f"per_token_quant_fp8: wrong result for shape {shape} on {device}")
     print(f"checked per_token_quant_fp8 against the fp32 torch reference on {device}", flush=True)
@@ -49,9 +50,9 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
 
 def time_shapes(args, dtype, ceiling) -> tuple[list, dict]:
     """Rows of the report and, per hidden size, the TB/s series of each method."""
-    ref = common.reference()
-    eager = ref.per_token_quant_fp8
-    compiled = torch.compile(ref.per_token_quant_fp8, dynamic=False)
+    ref = op_tests("quant")
+    eager = ref.ref_per_token_quant_fp8
+    compiled = torch.compile(ref.ref_per_token_quant_fp8, dynamic=False)
     rows, series = [], {}
     for hidden in args.hidden:
         s = series.setdefault(hidden, {"kernkit": [], "torch eager": [], "torch.compile": []})

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
+from kernkit.testing.oracle import op_tests  # noqa: E402
 
 from kernkit import ops  # noqa: E402
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
@@ -47,7 +48,7 @@ def torch_store(kc, vc, idx, k, v):
 def check(fns: dict, device: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> None:
     """Each function against the reference on fresh random inputs (a skipped index included),
     into caches poisoned with random bytes; exits naming the first mismatch."""
-    ref = common.reference()
+    ref = op_tests("store_cache")
     pool = 1024
     for n in (1, 37, 300):
         kc = torch.empty(pool, *row_shape, dtype=dtype, device=device)
@@ -59,7 +60,7 @@ def check(fns: dict, device: str, dtype: torch.dtype, row_shape: tuple[int, ...]
         idx = torch.randperm(pool, device=device)[:n].to(torch.int32)
         idx[n // 2] = -1
         want_k, want_v = kc.clone(), kc.flip(0).clone()
-        ref.store_cache(want_k, want_v, idx, k, v)
+        ref.ref_store_cache(want_k, want_v, idx, k, v)
         for name, fn in fns.items():
             got_k, got_v = kc.clone(), kc.flip(0).clone()
             fn(got_k, got_v, idx, k, v)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = pytest.mark.slow
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -44,8 +43,11 @@ with ThreadPoolExecutor(len(specs)) as pool:
 
 OPS = """
 import torch
-from kernkit.testing import oracle as reference
 from kernkit import ops
+from kernkit.testing.oracle import op_tests
+
+indexing = op_tests("indexing")
+store = op_tests("store_cache")
 
 gen = torch.Generator().manual_seed(0)
 
@@ -68,7 +70,7 @@ for index_dtype in (torch.int32, torch.int64):
     kc, vc = rand_rows(P, 576).view(P, 1, 576), rand_rows(P, 576).view(P, 1, 576)
     k, v = rand_rows(n, 576).view(n, 1, 576), rand_rows(n, 576).view(n, 1, 576)
     want_k, want_v = kc.clone(), vc.clone()
-    reference.store_cache(want_k, want_v, idx, k, v)
+    store.ref_store_cache(want_k, want_v, idx, k, v)
     ops.store_cache(kc, vc, idx, k, v)
     assert same_bytes(kc, want_k) and same_bytes(vc, want_v), index_dtype
     only_bad = torch.tensor(bad, dtype=index_dtype)
@@ -87,7 +89,7 @@ for id_dtype in (torch.int32, torch.int64):
         got = ops.indexing(weight, ids, vocab_range=vocab_range)
         start, length = vocab_range or (0, V)
         want = torch.empty(ids.shape[0], 576, dtype=torch.bfloat16)
-        reference.indexing(want, weight, ids, start, length)
+        indexing.ref_indexing(want, weight, ids, start, length)
         assert same_bytes(got, want), (id_dtype, vocab_range)
 print("OPS-UNDER-ASAN-OK")
 """
@@ -106,6 +108,7 @@ print("SCATTER-DONE")
 
 BAD_ARGUMENT = _PLANTED_REQUEST + """
 import torch
+
 mod = PLANTED.build_and_load()
 try:
     mod.scatter(torch.zeros(1000), torch.ones(3), torch.zeros(3, dtype=torch.int32))  # idx must be int64

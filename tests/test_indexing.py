@@ -7,17 +7,30 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernkit.testing import oracle as reference
+from kernkit.testing import oracle
 from kernkit import ops
+from kernkit.testing.oracle import rand_bits, same_bytes
 from kernkit.ops.embedding import indexing_spec
-from rowdata import rand_rows, same_bytes
 
 VOCAB = 50
 
 
+# ----- the reference: what the kernel must compute
+
+
+def ref_indexing(out: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, start: int, length: int) -> None:
+    """``out[t] = weight[ids[t] - start]``, a zero row where ``ids[t]`` is outside
+    ``[start, start + length)``. Writes ``out``."""
+    local = ids.long() - start  # wraps where ids < start; those rows are not valid
+    valid = (ids.long() >= start) & (local < length)
+    dst = oracle.bytes_view(out)
+    dst.zero_()
+    dst[valid] = oracle.bytes_view(weight)[local[valid]]
+
+
 def expected(weight, ids, start, length):
     out = torch.empty(ids.shape[0], weight.shape[1], dtype=weight.dtype)
-    reference.indexing(out, weight, ids, start, length)
+    ref_indexing(out, weight, ids, start, length)
     return out
 
 
@@ -28,7 +41,7 @@ CASES = [(torch.bfloat16, 256), (torch.float16, 256), (torch.float32, 16), (torc
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 def test_full_vocab_matches_reference(dtype, hidden, id_dtype):
     gen = torch.Generator().manual_seed(hidden)
-    weight = rand_rows((VOCAB, hidden), dtype, gen)
+    weight = rand_bits((VOCAB, hidden), dtype, gen)
     for n in (1, 7, 40):
         ids = torch.randint(0, VOCAB, (n,), generator=gen)
         if n >= 3:
@@ -46,7 +59,7 @@ def test_full_vocab_matches_reference(dtype, hidden, id_dtype):
 def test_vocab_shard_with_padding_and_strided_tensors():
     gen = torch.Generator().manual_seed(3)
     start, length, hidden = 100, 37, 256
-    table = rand_rows((length + 3, 2 * hidden), torch.bfloat16, gen)  # 3 padding rows
+    table = rand_bits((length + 3, 2 * hidden), torch.bfloat16, gen)  # 3 padding rows
     weight = table[:, :hidden]  # strided rows
     ids = torch.randint(start - 20, start + length + 20, (60,), generator=gen, dtype=torch.int64)
     big_out = torch.full((60, 3 * hidden), 7.0, dtype=torch.bfloat16)
@@ -60,7 +73,7 @@ def test_vocab_shard_with_padding_and_strided_tensors():
 def test_ids_at_the_int64_limits_never_overflow():
     """``ids - start`` is never formed for an id below ``start``: with id -2**63 and
     ``vocab_range=(2**63 - 1, 50)`` the difference would wrap to 1 and return ``weight[1]``."""
-    weight = rand_rows((50, 16), torch.float32, torch.Generator().manual_seed(5))
+    weight = rand_bits((50, 16), torch.float32, torch.Generator().manual_seed(5))
     top = 2**63 - 1
     ids = torch.tensor([-(2**63), top, top - 1, 0, -1], dtype=torch.int64)
     got = ops.indexing(weight, ids, vocab_range=(top, 50))
@@ -72,7 +85,7 @@ def test_ids_at_the_int64_limits_never_overflow():
 
 def test_misaligned_output_view():
     gen = torch.Generator().manual_seed(4)
-    weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)
+    weight = rand_bits((VOCAB, 256), torch.bfloat16, gen)
     ids = torch.randint(0, VOCAB, (9,), generator=gen, dtype=torch.int32)
     out = torch.empty(9 * 256 + 1, dtype=torch.bfloat16)[1:].view(9, 256)
     ops.indexing(weight, ids, out=out)
@@ -131,7 +144,7 @@ def test_launcher_vocab_range():
     or list of exactly two ints, checked after the tensors."""
     fn = indexing_spec(torch.bfloat16, 256, "emu").build_and_load().indexing
     gen = torch.Generator().manual_seed(5)
-    weight = rand_rows((VOCAB, 256), torch.bfloat16, gen)
+    weight = rand_bits((VOCAB, 256), torch.bfloat16, gen)
     ids = torch.tensor([3, 49, 50, -1, 12], dtype=torch.int64)
     out = torch.empty(5, 256, dtype=torch.bfloat16)
     fn(out, weight, ids, None)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from kernkit import ops
 from kernkit.testing import hashes as kh
+from kernkit.testing.oracle import rand_bits
 from test_kernel_hashes import HASH_FILE
 
 
@@ -57,13 +58,13 @@ def test_store_cache(seed, dtype, row, index_dtype, fused, n):
     gen = torch.Generator().manual_seed(1000 * seed + n)
     # Each cache is the middle of a buffer with a guard row on each side: an index of -1 or
     # POOL written anyway would land in a guard row.
-    k_buf, v_buf = kh.rand_bits((POOL + 2, *row), dtype, gen), kh.rand_bits((POOL + 2, *row), dtype, gen)
+    k_buf, v_buf = rand_bits((POOL + 2, *row), dtype, gen), rand_bits((POOL + 2, *row), dtype, gen)
     kc, vc = k_buf[1 : POOL + 1], v_buf[1 : POOL + 1]
     if fused:
-        qkv = kh.rand_bits((n, 3, *row), dtype, gen)
+        qkv = rand_bits((n, 3, *row), dtype, gen)
         k, v = qkv[:, 1], qkv[:, 2]
     else:
-        k, v = kh.rand_bits((n, *row), dtype, gen), kh.rand_bits((n, *row), dtype, gen)
+        k, v = rand_bits((n, *row), dtype, gen), rand_bits((n, *row), dtype, gen)
     idx = kh.make_indices(n, POOL, index_dtype, gen)
     assert ((idx < 0) | (idx >= POOL)).sum() >= 3
     k_before, v_before = k_buf.clone(), v_buf.clone()
@@ -82,9 +83,9 @@ def test_store_cache(seed, dtype, row, index_dtype, fused, n):
 
 def test_store_cache_only_out_of_range_indices_writes_nothing(seed):
     gen = torch.Generator().manual_seed(seed)
-    kc, vc = kh.rand_bits((POOL, 1, 576), bf16, gen), kh.rand_bits((POOL, 1, 576), bf16, gen)
+    kc, vc = rand_bits((POOL, 1, 576), bf16, gen), rand_bits((POOL, 1, 576), bf16, gen)
     bad = torch.tensor(kh.bad_indices(POOL, i64), dtype=i64)
-    k, v = kh.rand_bits((bad.shape[0], 1, 576), bf16, gen), kh.rand_bits((bad.shape[0], 1, 576), bf16, gen)
+    k, v = rand_bits((bad.shape[0], 1, 576), bf16, gen), rand_bits((bad.shape[0], 1, 576), bf16, gen)
     kc0, vc0 = kc.clone(), vc.clone()
     ops.store_cache(kc, vc, bad, k, v)
     assert same_bytes(kc, kc0) and same_bytes(vc, vc0)
@@ -105,7 +106,7 @@ INDEXING = [
 def test_indexing(seed, dtype, hidden, rows, vocab_range, id_dtype, strided, n):
     gen = torch.Generator().manual_seed(1000 * seed + n + hidden)
     start, length = vocab_range or (0, rows)
-    table = kh.rand_bits((rows, 2 * hidden if strided else hidden), dtype, gen)
+    table = rand_bits((rows, 2 * hidden if strided else hidden), dtype, gen)
     weight = table[:, hidden:] if strided else table
     ids = torch.randint(max(0, start - 30), start + length + 30, (n,), generator=gen)
     ids[:4] = torch.tensor([-1, start + length, start - 1 if start else rows + 5, 2**31 - 1])

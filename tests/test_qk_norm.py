@@ -1,5 +1,5 @@
 """kernkit.ops.qk_norm on CPU tensors, through the CPU emulator: the kernel's bits against
-``reference.qk_norm`` (rmsnorm's fp32 order with qk_norm's layout), the stated tolerance against
+``ref_qk_norm`` (rmsnorm's fp32 order with qk_norm's layout), the stated tolerance against
 float64, q and k as 3-d and 2-d views and as slices of one fused QKV tensor, and the errors of
 bad calls (each naming the argument, with nothing written).
 
@@ -13,12 +13,30 @@ import re
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec
 from kernkit.ops import qk_norm, registered_ops, rmsnorm
 
+norm = op_tests("norm")
+
+
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 BUILDS = [(bf16, 128), (fp16, 64), (fp32, 256), (bf16, 1024)]
+
+
+# ----- the reference: what the kernel must compute
+
+
+def ref_qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float) -> None:
+    """In place, ``rmsnorm`` of each head of ``q`` (``[tokens, heads, head_dim]`` or
+    ``[tokens, heads * head_dim]``) and of ``k``, with ``qk_norm_kernel``'s layout: 2 vectors a
+    thread, or as many as keep a head inside one warp."""
+    head_dim = q_weight.shape[0]
+    vecs = head_dim * q.element_size() // 16
+    target = max(2, -(-vecs // 32))
+    for t, w in ((q, q_weight), (k, k_weight)):
+        heads = t.unflatten(-1, (-1, head_dim)) if t.dim() == 2 else t
+        norm.ref_rmsnorm(heads, heads.clone(), w, eps, target)
 
 
 def randn(shape, dtype, seed, scale=1.0):
@@ -45,7 +63,7 @@ def test_bits_equal_the_reference_and_v_is_untouched(dtype, head_dim, tokens):
     qkv, q, k = fused_qkv(tokens, 4, 2, head_dim, dtype, head_dim + tokens)
     wq, wk = randn((head_dim,), dtype, 1), randn((head_dim,), dtype, 2)
     want_q, want_k, v = q.clone(), k.clone(), qkv[:, 6 * head_dim:].clone()
-    reference.qk_norm(want_q, want_k, wq, wk, 1e-6)
+    ref_qk_norm(want_q, want_k, wq, wk, 1e-6)
     assert qk_norm(q, k, wq, wk) is None
     assert torch.equal(as_bytes(q), as_bytes(want_q)) and torch.equal(as_bytes(k), as_bytes(want_k))
     assert torch.equal(as_bytes(qkv[:, 6 * head_dim:]), as_bytes(v))
@@ -55,11 +73,11 @@ def test_bits_equal_the_reference_and_v_is_untouched(dtype, head_dim, tokens):
 def test_within_rmsnorms_stated_tolerance(dtype, head_dim):
     q, k = randn((9, 3, head_dim), dtype, 3, scale=5.0), randn((9, 1, head_dim), dtype, 4, scale=0.01)
     wq, wk = randn((head_dim,), dtype, 5), randn((head_dim,), dtype, 6)
-    want = [reference.rmsnorm64(t, w, 1e-5) for t, w in ((q, wq), (k, wk))]
+    want = [norm.rmsnorm64(t, w, 1e-5) for t, w in ((q, wq), (k, wk))]
     qk_norm(q, k, wq, wk, 1e-5)
     for got, ref in zip((q, k), want):
         assert torch.isfinite(got).all()
-        assert ((got.double() - ref).abs() <= reference.rmsnorm_bound(ref, dtype)).all()
+        assert ((got.double() - ref).abs() <= norm.rmsnorm_bound(ref, dtype)).all()
 
 
 def test_heads_normalized_separately_with_their_own_weight():
@@ -83,7 +101,7 @@ def test_strided_heads_and_three_d_k():
     k = randn((5, 1, 64), fp16, 12)
     wq, wk = randn((64,), fp16, 13), randn((64,), fp16, 14)
     want_q, want_k, rest = q.clone(), k.clone(), buf[:, :, 64:].clone()
-    reference.qk_norm(want_q, want_k, wq, wk, 1e-6)
+    ref_qk_norm(want_q, want_k, wq, wk, 1e-6)
     qk_norm(q, k, wq, wk)
     assert torch.equal(q, want_q) and torch.equal(k, want_k) and torch.equal(buf[:, :, 64:], rest)
 
@@ -167,6 +185,6 @@ def test_rmsnorm_and_qk_norm_agree_within_the_bound():
     w = randn((128,), bf16, 24)
     q, k = x[:, :1].clone(), x[:, 1:].clone()
     qk_norm(q, k, w, w)
-    ref = reference.rmsnorm64(x, w, 1e-6)
+    ref = norm.rmsnorm64(x, w, 1e-6)
     for got in (torch.cat([q, k], 1), rmsnorm(x, w)):
-        assert ((got.double() - ref).abs() <= reference.rmsnorm_bound(ref, bf16)).all()
+        assert ((got.double() - ref).abs() <= norm.rmsnorm_bound(ref, bf16)).all()

@@ -43,10 +43,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernkit import ops
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad, bad_id,
                                      check_invalid, check_unallocatable, claims_huge, invalid_settings, meta,
                                      neg_bit, requires_grad)
+
+act_tests = op_tests("activation")
+compare_key = op_tests("compare_key")
+group_quant = op_tests("group_quant")
+indexing = op_tests("indexing")
+norm = op_tests("norm")
+qk = op_tests("qk_norm")
+quant = op_tests("quant")
+rope = op_tests("rope")
+rope_store = op_tests("rope_store")
+store = op_tests("store_cache")
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 i32, i64 = torch.int32, torch.int64
@@ -225,7 +236,7 @@ def test_store_cache_valid_views_give_the_reference_bytes(p):
     a = Arena.seeded(p["seed"])
     args = store_args(a, p)
     want = a.copies()
-    reference.store_cache(**{key: a.twin(t, want) for key, t in args.items()})
+    store.ref_store_cache(**{key: a.twin(t, want) for key, t in args.items()})
     ops.store_cache(**args)
     assert a.same_as(want)
 
@@ -368,7 +379,7 @@ def test_indexing_valid_views_give_the_reference_bytes(p):
         want_out = torch.empty(p["n"], HIDDEN, dtype=p["dtype"])
     else:
         want_out = a.twin(args["out"], want)
-    reference.indexing(want_out, a.twin(args["weight"], want), args["ids"], start, length)
+    indexing.ref_indexing(want_out, a.twin(args["weight"], want), args["ids"], start, length)
     got = ops.indexing(**args)
     if args["out"] is not None:
         assert got is args["out"]
@@ -615,7 +626,7 @@ def test_per_token_quant_fp8_valid_views_give_the_reference(p):
     a = Arena.seeded(p["seed"])
     args = quant_args(a, p)
     want = a.copies()
-    want_q, want_scales = reference.per_token_quant_fp8(args["x"])
+    want_q, want_scales = quant.ref_per_token_quant_fp8(args["x"])
     if args["out"] is not None:
         a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
     q, scales = ops.per_token_quant_fp8(**args)
@@ -702,7 +713,7 @@ def test_per_token_group_quant_fp8_valid_views_give_the_reference(p):
     a = Arena.seeded(p["seed"])
     args = group_quant_args(a, p)
     want = a.copies()
-    want_q, want_scales = reference.per_token_group_quant_fp8(args["x"], GQ_GROUP, *p["layout"], p["eps"])
+    want_q, want_scales = group_quant.ref_per_token_group_quant_fp8(args["x"], GQ_GROUP, *p["layout"], p["eps"])
     if args["out"] is not None:
         a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
     q, scales = ops.per_token_group_quant_fp8(**args)
@@ -894,7 +905,7 @@ def test_rotary_embedding_valid_views_give_the_reference_bytes(p):
     a = Arena.seeded(p["seed"])
     args = rope_args(a, p)
     want = a.copies()
-    reference.rotary_embedding(args["positions"], a.twin(args["q"], want), a.twin(args["k"], want),
+    rope.ref_rotary_embedding(args["positions"], a.twin(args["q"], want), a.twin(args["k"], want),
                                args["cos_sin_cache"], p["is_neox"], p["head_dim"])
     assert ops.rotary_embedding(**args) is None
     assert a.same_as(want)
@@ -1026,7 +1037,7 @@ def test_rotary_embedding_store_valid_views_give_the_reference_bytes(p):
     args = rope_store_args(a, p)
     want = a.copies()
     twin = {n: a.twin(t, want) for n, t in args.items()}
-    reference.rotary_embedding_store(twin["positions"], twin["q"], twin["k"], twin["v"], twin["cos_sin_cache"],
+    rope_store.ref_rotary_embedding_store(twin["positions"], twin["q"], twin["k"], twin["v"], twin["cos_sin_cache"],
                                      twin["k_cache"], twin["v_cache"], twin["out_loc"], p["is_neox"], p["head_dim"])
     assert ops.rotary_embedding_store(**args) is None
     assert a.same_as(want)
@@ -1136,7 +1147,7 @@ def test_qk_norm_valid_views_give_the_reference_bytes(p):
     args = qk_args(a, p)
     want = a.copies()
     q, k = a.twin(args["q"], want), a.twin(args["k"], want)
-    reference.qk_norm(q, k, args["q_weight"], args["k_weight"], p["eps"])
+    qk.ref_qk_norm(q, k, args["q_weight"], args["k_weight"], p["eps"])
     assert ops.qk_norm(**args) is None
     assert a.same_as(want)
 
@@ -1306,18 +1317,18 @@ def test_fused_add_rmsnorm_rejects_invalid_calls(bad, p, via, d):
 @given(p=norm_params(), fused=st.booleans())
 def test_norm_valid_views_give_the_reference_bytes(p, fused):
     """Strided (16-byte aligned) rows in and out, 1-d, empty and 3-d inputs, eps of several
-    sizes: the bytes of the kernel-order reference (``reference.rmsnorm``), every other byte of
+    sizes: the bytes of the kernel-order reference (``norm.ref_rmsnorm``), every other byte of
     every buffer (row padding, guards) unchanged."""
     a = Arena.seeded(p["seed"])
     args = norm_args(a, p, fused)
     want = a.copies()
     tw = {k: a.twin(v, want) for k, v in args.items()}
     if fused:
-        reference.fused_add_rmsnorm(tw["x"], tw["residual"], tw["weight"], p["eps"])
+        norm.ref_fused_add_rmsnorm(tw["x"], tw["residual"], tw["weight"], p["eps"])
         assert ops.fused_add_rmsnorm(**args) is None
     else:
         expect = tw["out"] if tw["out"] is not None else torch.empty(_norm_shape(p), dtype=fp16)
-        reference.rmsnorm(expect, tw["x"], tw["weight"], p["eps"])
+        norm.ref_rmsnorm(expect, tw["x"], tw["weight"], p["eps"])
         got = ops.rmsnorm(**args)
         assert got.shape == expect.shape
         if args["out"] is not None:
@@ -1456,8 +1467,8 @@ def test_act_and_mul_valid_views_are_within_tolerance(p):
     activation = p["op"]
     got = ops.silu_and_mul(**args) if activation == "silu" else ops.gelu_and_mul(**args)
     assert got.shape == _act_out_shape(p) and got.dtype == p["dtype"]
-    ref = reference.act_and_mul(args["x"], activation)
-    assert bool(((got.double() - ref).abs() <= reference.act_and_mul_bound(args["x"], ref, activation)).all())
+    ref = act_tests.ref_act_and_mul(args["x"], activation)
+    assert bool(((got.double() - ref).abs() <= act_tests.act_and_mul_bound(args["x"], ref, activation)).all())
     if args["out"] is not None:
         assert got is args["out"]
         a.twin(args["out"], want).copy_(got)  # the only bytes the call may change
@@ -1530,7 +1541,7 @@ def test_compare_key_rejects_invalid_calls(bad, p, via, d):
 def test_compare_key_valid_views_give_the_reference(p):
     a = Arena.seeded(p["seed"])
     args = key_args(a, p)
-    assert ops.compare_key(**args) == reference.compare_key(**args)
+    assert ops.compare_key(**args) == compare_key.ref_compare_key(**args)
     assert a.unchanged()
 
 
@@ -1564,6 +1575,7 @@ FAKE_SANITIZER = """#!{python}
 # Stands in for compute-sanitizer: runs the command, then prints the tool's summary line.
 # FAKE_SANITIZER_MODE: clean (default), errors (2 errors, exit 1), silent (no summary line).
 import os, subprocess, sys
+
 args = sys.argv[1:]
 if args == ["--version"]:
     print("Compute Sanitizer stand-in Version 0.0"); sys.exit(0)

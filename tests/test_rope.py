@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
 from kernkit.jit import JitSpec
 from kernkit.ops import registered_ops, rotary_embedding
 
@@ -20,6 +19,41 @@ bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 #: (dtype, head_dim, rot_dim, is_neox): one build each.
 SPECS = [(bf16, 128, 128, True), (fp16, 64, 64, False), (fp32, 64, 32, False), (fp16, 10, 6, True)]
 MAX_POS = 97
+
+
+# ----- the reference: what the kernel must compute
+
+
+def _rope_heads(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
+                head_dim: int) -> None:
+    """Rotate the heads of one of q/k in place (see ``rotary_embedding``)."""
+    # head_dim is contiguous: a view, also of strided rows
+    heads = x if x.dim() == 3 else x.view(x.shape[0], x.shape[1] // head_dim, head_dim)
+    rot = cos_sin_cache.shape[1]
+    half = rot // 2
+    valid = ((positions >= 0) & (positions < cos_sin_cache.shape[0])).nonzero().squeeze(1)
+    pos = positions[valid].long()
+    cos = cos_sin_cache[pos, :half].float()[:, None, :]
+    sin = cos_sin_cache[pos, half:].float()[:, None, :]
+    first, second = (slice(0, half), slice(half, rot)) if is_neox else (slice(0, rot, 2), slice(1, rot, 2))
+    rows = heads[valid]
+    a, b = rows[:, :, first].float(), rows[:, :, second].float()  # fp32 rows: views of rows
+    new_a, new_b = (a * cos - b * sin).to(x.dtype), (b * cos + a * sin).to(x.dtype)
+    rows[:, :, first] = new_a
+    rows[:, :, second] = new_b
+    heads[valid] = rows
+
+
+def ref_rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
+                     is_neox: bool = True, head_dim: int | None = None) -> None:
+    """Rotary embedding of q and k in place: pairs (i, i + rot/2) with ``is_neox``, else (2i, 2i+1);
+    ``x * cos - y * sin`` and ``y * cos + x * sin`` as fp32 products and one fp32 subtraction /
+    addition, rounded once to the dtype. Tokens whose position is outside ``[0, max_position)``
+    are left unchanged; the elements of a head after ``rot_dim`` too."""
+    if head_dim is None:
+        head_dim = q.shape[2] if q.dim() == 3 else cos_sin_cache.shape[1]
+    for x in (q, k):
+        _rope_heads(x, positions, cos_sin_cache, is_neox, head_dim)
 
 
 def make_cache(rot_dim: int, dtype: torch.dtype = fp32, rows: int = MAX_POS, base: float = 10000.0) -> torch.Tensor:
@@ -66,7 +100,7 @@ def test_matches_float64_within_the_stated_bound_and_fp32_torch_bit_for_bit(spec
     positions = torch.randint(1, MAX_POS, (tokens,), generator=torch.Generator().manual_seed(3))
     q0, k0 = q.clone(), k.clone()
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, cache, is_neox, head_dim)
+    ref_rotary_embedding(positions, want_q, want_k, cache, is_neox, head_dim)
 
     rotary_embedding(positions, q, k, cache, is_neox, head_dim=head_dim)
 
@@ -111,7 +145,7 @@ def test_out_of_range_positions_leave_their_tokens_unchanged(index_dtype):
     k = rand((tokens, 2, 128), bf16, 9)
     q0, k0 = q.clone(), k.clone()
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, cache)
+    ref_rotary_embedding(positions, want_q, want_k, cache)
     rotary_embedding(positions, q, k, cache)
     skipped = (positions < 0) | (positions >= MAX_POS)
     assert torch.equal(q[skipped], q0[skipped]) and torch.equal(k[skipped], k0[skipped])
@@ -129,7 +163,7 @@ def test_fused_qkv_slices_and_3d_head_strides():
     positions = torch.arange(tokens) * 7
     cache = make_cache(64)
     want = qkv.clone()
-    reference.rotary_embedding(positions, want[:, : hq * d], want[:, hq * d : (hq + hk) * d], cache, False)
+    ref_rotary_embedding(positions, want[:, : hq * d], want[:, hq * d : (hq + hk) * d], cache, False)
     rotary_embedding(positions, q, k, cache, False, head_dim=d)
     assert torch.equal(qkv, want) and torch.equal(qkv[:, (hq + hk) * d :], before[:, (hq + hk) * d :])
 
@@ -138,7 +172,7 @@ def test_fused_qkv_slices_and_3d_head_strides():
     q3, k3 = padded[:, :hq, :d], padded[:, hq:, :d]
     assert q3.stride() == ((hq + hk) * (d + 8), d + 8, 1)
     pwant = padded.clone()
-    reference.rotary_embedding(positions, pwant[:, :hq, :d], pwant[:, hq:, :d], cache, False)
+    ref_rotary_embedding(positions, pwant[:, :hq, :d], pwant[:, hq:, :d], cache, False)
     rotary_embedding(positions, q3, k3, cache, False)
     assert torch.equal(padded, pwant) and torch.equal(padded[..., d:], pbefore[..., d:])
 
@@ -152,7 +186,7 @@ def test_misaligned_views_take_the_scalar_path():
     cache = cache_buf[1 : 1 + MAX_POS * 128].view(MAX_POS, 128)  # a misaligned fp32 cache
     positions = torch.tensor([3, 0, 96, 40, 41])
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, cache)
+    ref_rotary_embedding(positions, want_q, want_k, cache)
     rotary_embedding(positions, q, k, cache, head_dim=d)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
@@ -163,7 +197,7 @@ def test_partial_rotary_on_2d_rows_takes_head_dim():
     q0 = q.clone()
     positions = torch.tensor([1, 2, 3, 4])
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, make_cache(32), False, 64)
+    ref_rotary_embedding(positions, want_q, want_k, make_cache(32), False, 64)
     rotary_embedding(positions, q, k, make_cache(32), False, head_dim=64)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
     assert not torch.equal(q.view(4, 3, 64)[:, :, :32], q0.view(4, 3, 64)[:, :, :32])
@@ -179,7 +213,7 @@ def test_every_launch_shape_gives_the_reference_bits(dtype, tokens):
     q, k = rand((tokens, 32, 128), dtype, 40), rand((tokens, 8, 128), dtype, 41)
     positions = torch.randint(-MAX_POS // 3, MAX_POS, (tokens,), generator=torch.Generator().manual_seed(42))
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, make_cache(128), True, 128)
+    ref_rotary_embedding(positions, want_q, want_k, make_cache(128), True, 128)
     rotary_embedding(positions, q, k, make_cache(128), True)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
@@ -198,7 +232,7 @@ def test_2d_rows_without_head_dim_are_refused_naming_head_dim():
     # 3-d q keeps its default, its last dimension.
     q3, k3 = q.view(4, 3, 64), k.view(4, 1, 64)
     want_q, want_k = q3.clone(), k3.clone()
-    reference.rotary_embedding(positions, want_q, want_k, make_cache(32), False, 64)
+    ref_rotary_embedding(positions, want_q, want_k, make_cache(32), False, 64)
     rotary_embedding(positions, q3, k3, make_cache(32), False)
     assert torch.equal(q3, want_q) and torch.equal(k3, want_k)
 
@@ -209,7 +243,7 @@ def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
     q = rand((2, 128), bf16, 16)
     k = rand((2, 128), bf16, 17)
     want_q, want_k = q.clone(), k.clone()
-    reference.rotary_embedding(torch.tensor([7, 8]), want_q, want_k, make_cache(128))
+    ref_rotary_embedding(torch.tensor([7, 8]), want_q, want_k, make_cache(128))
     torch.ops.kernkit.rotary_embedding(torch.tensor([7, 8]), q, k, make_cache(128), True, head_dim=128)
     assert torch.equal(q, want_q) and torch.equal(k, want_k)
 
@@ -310,7 +344,7 @@ def test_traced_by_torch_compile_as_one_mutating_op():
     positions = torch.tensor([0, 9, 3, 96, 200])
     cache = make_cache(128)
     want_q, want_k = q * 2.0, k.clone()
-    reference.rotary_embedding(positions, want_q, want_k, cache)
+    ref_rotary_embedding(positions, want_q, want_k, cache)
     torch._dynamo.reset()
     got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k.clone(), cache)
     assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)

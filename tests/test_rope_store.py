@@ -13,15 +13,30 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
-from test_rope import MAX_POS, make_cache, rand
+
+rope = op_tests("rope")
+store = op_tests("store_cache")
+
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 
 #: (dtype, head_dim, rot_dim, is_neox): one build each.
 SPECS = [(bf16, 128, 128, True), (fp16, 64, 64, False), (fp32, 64, 32, False), (fp16, 10, 6, True)]
 POOL = 23
+
+
+# ----- the reference: what the kernel must compute
+
+
+def ref_rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           out_loc: torch.Tensor, is_neox: bool = True, head_dim: int | None = None) -> None:
+    """``rotary_embedding`` of q and k, then ``store_cache`` of the rotated k and of v at
+    ``out_loc``. In place."""
+    rope.ref_rotary_embedding(positions, q, k, cos_sin_cache, is_neox, head_dim)
+    store.ref_store_cache(k_cache, v_cache, out_loc, k, v)
 
 
 def call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim=None, pair=True):
@@ -34,7 +49,7 @@ def call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim
     fused, seq, ref = copies(), copies(), copies()
     rotary_embedding_store(positions, fused[0], fused[1], v, cache, fused[2], fused[3], out_loc, is_neox,
                            head_dim=head_dim)
-    reference.rotary_embedding_store(positions, ref[0], ref[1], v, cache, ref[2], ref[3], out_loc, is_neox, head_dim)
+    ref_rotary_embedding_store(positions, ref[0], ref[1], v, cache, ref[2], ref[3], out_loc, is_neox, head_dim)
     for name, a, c in zip(("q", "k", "k_cache", "v_cache"), fused, ref):
         assert torch.equal(a, c), f"{name}: fused != reference"
     if pair:
@@ -58,15 +73,15 @@ def cache_rows(rows: torch.Tensor, pool: int = POOL) -> torch.Tensor:
 def test_equals_rotary_embedding_then_store_cache(spec, layout, cache_dtype):
     dtype, head_dim, rot_dim, is_neox = spec
     tokens, hq, hk = 7, 4, 2
-    q, k, v = rand((tokens, hq, head_dim), dtype, 1), rand((tokens, hk, head_dim), dtype, 2), rand(
+    q, k, v = rope.rand((tokens, hq, head_dim), dtype, 1), rope.rand((tokens, hk, head_dim), dtype, 2), rope.rand(
         (tokens, hk, head_dim), dtype, 3)
-    k_cache = rand((POOL, hk, head_dim), dtype, 4)
-    v_cache = rand((POOL, hk, head_dim), dtype, 5)
+    k_cache = rope.rand((POOL, hk, head_dim), dtype, 4)
+    v_cache = rope.rand((POOL, hk, head_dim), dtype, 5)
     if layout == "2d":
         q, k, v = (t.reshape(tokens, -1) for t in (q, k, v))
         k_cache, v_cache = (t.reshape(POOL, -1) for t in (k_cache, v_cache))
-    cache = make_cache(rot_dim, fp32 if cache_dtype == "fp32" else dtype)
-    positions = torch.randint(MAX_POS, (tokens,), generator=torch.Generator().manual_seed(6))
+    cache = rope.make_cache(rot_dim, fp32 if cache_dtype == "fp32" else dtype)
+    positions = torch.randint(rope.MAX_POS, (tokens,), generator=torch.Generator().manual_seed(6))
     out_loc = cache_rows(positions)
     q0, kc0 = q.clone(), k_cache.clone()
     q1, k1, kc1, vc1 = call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim)
@@ -85,12 +100,12 @@ def test_out_of_range_positions_and_cache_rows_are_skipped(index_dtype):
     entry out of range writes no cache row, while the token's q and k are still rotated."""
     bad = [-1, POOL, 2**31 - 1, -(2**31)] + ([2**32 + 3, -(2**62)] if index_dtype == torch.int64 else [])
     tokens = 2 * len(bad)
-    positions = torch.tensor([MAX_POS + 5 if i % 3 == 0 else i for i in range(tokens)], dtype=index_dtype)
+    positions = torch.tensor([rope.MAX_POS + 5 if i % 3 == 0 else i for i in range(tokens)], dtype=index_dtype)
     out_loc = torch.tensor([bad[i // 2] if i % 2 else i for i in range(tokens)], dtype=index_dtype)
-    q, k, v = rand((tokens, 3, 128), bf16, 7), rand((tokens, 2, 128), bf16, 8), rand((tokens, 2, 128), bf16, 9)
-    k_cache, v_cache = rand((POOL, 256), bf16, 10), rand((POOL, 256), bf16, 11)
-    q1, k1, kc1, vc1 = call(positions, q, k, v, make_cache(128), k_cache, v_cache, out_loc, True)
-    skipped_pos = (positions < 0) | (positions >= MAX_POS)
+    q, k, v = rope.rand((tokens, 3, 128), bf16, 7), rope.rand((tokens, 2, 128), bf16, 8), rope.rand((tokens, 2, 128), bf16, 9)
+    k_cache, v_cache = rope.rand((POOL, 256), bf16, 10), rope.rand((POOL, 256), bf16, 11)
+    q1, k1, kc1, vc1 = call(positions, q, k, v, rope.make_cache(128), k_cache, v_cache, out_loc, True)
+    skipped_pos = (positions < 0) | (positions >= rope.MAX_POS)
     assert torch.equal(k1[skipped_pos], k[skipped_pos]) and not torch.equal(k1[~skipped_pos], k[~skipped_pos])
     written = torch.zeros(POOL, dtype=torch.bool)
     written[out_loc[out_loc.ge(0) & out_loc.lt(POOL)].long()] = True
@@ -101,32 +116,32 @@ def test_fused_qkv_slices_strided_cache_rows_and_partial_rotary():
     """q, k and v as column slices of one QKV tensor (2-d, token stride > row), caches whose rows
     are slices of wider rows, rot_dim 32 of head_dim 64: the elements after rot_dim are copied."""
     tokens, hq, hk, d = 9, 4, 2, 64
-    qkv = rand((tokens, (hq + 2 * hk) * d), fp32, 12)
+    qkv = rope.rand((tokens, (hq + 2 * hk) * d), fp32, 12)
     q, k, v = qkv[:, : hq * d], qkv[:, hq * d : (hq + hk) * d], qkv[:, (hq + hk) * d :]
-    wide_k, wide_v = rand((POOL, hk * d + 16), fp32, 13), rand((POOL, hk * d + 16), fp32, 14)
+    wide_k, wide_v = rope.rand((POOL, hk * d + 16), fp32, 13), rope.rand((POOL, hk * d + 16), fp32, 14)
     k_cache, v_cache = wide_k[:, : hk * d], wide_v[:, : hk * d]
     positions = torch.arange(tokens) * 7
     out_loc = cache_rows(positions)
-    fused = call(positions, q, k, v, make_cache(32), k_cache, v_cache, out_loc, False, head_dim=d)
+    fused = call(positions, q, k, v, rope.make_cache(32), k_cache, v_cache, out_loc, False, head_dim=d)
     assert torch.equal(fused[2][out_loc][:, 32:64], k[:, 32:64])  # head 0's unrotated tail
 
     # 3-d views with a head stride of their own (heads padded by 8 elements), which store_cache
     # refuses (it copies whole rows) and the fused op takes (it moves k and v head by head).
-    padded = rand((tokens, hq + 2 * hk, d + 8), fp32, 15)
+    padded = rope.rand((tokens, hq + 2 * hk, d + 8), fp32, 15)
     q3, k3, v3 = padded[:, :hq, :d], padded[:, hq : hq + hk, :d], padded[:, hq + hk :, :d]
-    call(positions, q3, k3, v3, make_cache(32), rand((POOL, hk, d), fp32, 16), rand((POOL, hk, d), fp32, 17),
+    call(positions, q3, k3, v3, rope.make_cache(32), rope.rand((POOL, hk, d), fp32, 16), rope.rand((POOL, hk, d), fp32, 17),
          out_loc, False, pair=False)
 
 
 def test_misaligned_views_take_the_scalar_path():
     tokens, d = 5, 128
-    buf = rand((tokens * 3 * d + 1,), bf16, 18)
+    buf = rope.rand((tokens * 3 * d + 1,), bf16, 18)
     q = buf[1 : 1 + tokens * 2 * d].view(tokens, 2 * d)  # starts one element into its buffer
-    k = rand((tokens, d), bf16, 19)
-    v_buf = rand((tokens * d + 1,), bf16, 20)
+    k = rope.rand((tokens, d), bf16, 19)
+    v_buf = rope.rand((tokens * d + 1,), bf16, 20)
     v = v_buf[1:].view(tokens, d)
     positions = torch.tensor([3, 0, 96, 40, 41])
-    call(positions, q, k, v, make_cache(128), rand((POOL, d), bf16, 21), rand((POOL, d), bf16, 22),
+    call(positions, q, k, v, rope.make_cache(128), rope.rand((POOL, d), bf16, 21), rope.rand((POOL, d), bf16, 22),
          cache_rows(positions), True, head_dim=d)
 
 
@@ -136,27 +151,27 @@ def test_every_launch_shape(dtype, tokens):
     """Neox with 40 heads takes 8 pairs a thread up to 256 tokens and 4 beyond; at 700 tokens the
     CTAs loop over tokens. A quarter of the positions and of the cache rows are out of range."""
     pool = 1024
-    q, k, v = rand((tokens, 32, 128), dtype, 23), rand((tokens, 8, 128), dtype, 24), rand((tokens, 8, 128), dtype, 25)
+    q, k, v = rope.rand((tokens, 32, 128), dtype, 23), rope.rand((tokens, 8, 128), dtype, 24), rope.rand((tokens, 8, 128), dtype, 25)
     gen = torch.Generator().manual_seed(26)
-    positions = torch.randint(-MAX_POS // 3, MAX_POS, (tokens,), generator=gen)
+    positions = torch.randint(-rope.MAX_POS // 3, rope.MAX_POS, (tokens,), generator=gen)
     out_loc = torch.randperm(pool + pool // 3, generator=gen)[:tokens] - pool // 3 // 2
-    call(positions, q, k, v, make_cache(128), torch.zeros(pool, 8 * 128, dtype=dtype),
+    call(positions, q, k, v, rope.make_cache(128), torch.zeros(pool, 8 * 128, dtype=dtype),
          torch.zeros(pool, 8 * 128, dtype=dtype), out_loc, True)
 
 
 def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
     empty = torch.empty(0, 1, 128, dtype=bf16)
-    kc = rand((POOL, 128), bf16, 27)
+    kc = rope.rand((POOL, 128), bf16, 27)
     before = kc.clone()
-    rotary_embedding_store(torch.empty(0, dtype=torch.int64), empty, empty.clone(), empty.clone(), make_cache(128),
+    rotary_embedding_store(torch.empty(0, dtype=torch.int64), empty, empty.clone(), empty.clone(), rope.make_cache(128),
                            kc, kc.clone(), torch.empty(0, dtype=torch.int64))
     assert torch.equal(kc, before)
-    q, k, v = rand((2, 1, 128), bf16, 28), rand((2, 1, 128), bf16, 29), rand((2, 1, 128), bf16, 30)
+    q, k, v = rope.rand((2, 1, 128), bf16, 28), rope.rand((2, 1, 128), bf16, 29), rope.rand((2, 1, 128), bf16, 30)
     want = [t.clone() for t in (q, k, kc, kc)]
-    reference.rotary_embedding_store(torch.tensor([7, 8]), want[0], want[1], v, make_cache(128), want[2], want[3],
+    ref_rotary_embedding_store(torch.tensor([7, 8]), want[0], want[1], v, rope.make_cache(128), want[2], want[3],
                                      torch.tensor([4, 9]))
     vc = kc.clone()
-    torch.ops.kernkit.rotary_embedding_store(torch.tensor([7, 8]), q, k, v, make_cache(128), kc, vc,
+    torch.ops.kernkit.rotary_embedding_store(torch.tensor([7, 8]), q, k, v, rope.make_cache(128), kc, vc,
                                              torch.tensor([4, 9]), True)
     assert all(torch.equal(a, b) for a, b in zip((q, k, kc, vc), want))
 
@@ -176,11 +191,11 @@ def test_traced_by_torch_compile_as_one_mutating_op():
         rotary_embedding_store(positions, q, k, v, cache, kc, vc, loc)
         return q, k
 
-    q, k, v = rand((5, 2, 128), bf16, 31), rand((5, 1, 128), bf16, 32), rand((5, 1, 128), bf16, 33)
-    positions, loc, cache = torch.tensor([0, 9, 3, 96, 200]), torch.tensor([1, 5, -1, 7, 30]), make_cache(128)
+    q, k, v = rope.rand((5, 2, 128), bf16, 31), rope.rand((5, 1, 128), bf16, 32), rope.rand((5, 1, 128), bf16, 33)
+    positions, loc, cache = torch.tensor([0, 9, 3, 96, 200]), torch.tensor([1, 5, -1, 7, 30]), rope.make_cache(128)
     kc, vc = torch.zeros(POOL, 128, dtype=bf16), torch.zeros(POOL, 128, dtype=bf16)
     want = [q * 2.0, k.clone(), kc.clone(), vc.clone()]
-    reference.rotary_embedding_store(positions, want[0], want[1], v, cache, want[2], want[3], loc)
+    ref_rotary_embedding_store(positions, want[0], want[1], v, cache, want[2], want[3], loc)
     torch._dynamo.reset()
     got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k, v, cache, kc, vc, loc)
     assert all(torch.equal(a, b) for a, b in zip((got_q, got_k, kc, vc), want))

@@ -12,6 +12,14 @@ from kernkit.ops import registered_ops, scale
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 
 
+# ----- the reference: what the kernel must compute
+
+
+def ref_scale(out: torch.Tensor, src: torch.Tensor, factor: float) -> None:
+    """``out = src * factor``, computed in fp32 and rounded once to the dtype."""
+    out.copy_(src.float() * factor)
+
+
 def reference(x: torch.Tensor, factor: float) -> torch.Tensor:
     return (x.float() * factor).to(x.dtype)
 

@@ -6,12 +6,26 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing import oracle
 from kernkit import ops
+from kernkit.testing.oracle import rand_bits, same_bytes
 from kernkit.ops.kvcache import store_spec
-from rowdata import rand_rows, same_bytes
 
 POOL = 40
+
+
+# ----- the reference: what the kernel must compute
+
+
+def ref_store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor, k: torch.Tensor,
+                v: torch.Tensor) -> None:
+    """``k_cache[indices[i]] = k[i]`` and ``v_cache[indices[i]] = v[i]`` for every ``i`` whose
+    index lies in ``[0, pool)``; other rows are skipped. In place."""
+    valid = (indices >= 0) & (indices < k_cache.shape[0])
+    idx = indices[valid].long()
+    rows = tuple(oracle.bytes_view(k_cache).shape[1:])
+    oracle.bytes_view(k_cache)[idx] = oracle.bytes_view(k)[valid].reshape((-1, *rows))
+    oracle.bytes_view(v_cache)[idx] = oracle.bytes_view(v)[valid].reshape((-1, *rows))
 
 
 def make_indices(n, pool, dtype, gen, out_of_range=True):
@@ -25,7 +39,7 @@ def run_both(kc, vc, idx, k, v):
     """Run the op and the reference on clones; return both results."""
     kc2, vc2 = kc.clone(), vc.clone()
     ops.store_cache(kc, vc, idx, k, v)
-    reference.store_cache(kc2, vc2, idx, k, v)
+    ref_store_cache(kc2, vc2, idx, k, v)
     return (kc, vc), (kc2, vc2)
 
 
@@ -44,8 +58,8 @@ CASES = [
 def test_matches_reference(dtype, row, index_dtype):
     gen = torch.Generator().manual_seed(hash((str(dtype), row)) % 1000)
     for n in (1, 7, 33):
-        kc, vc = rand_rows((POOL, *row), dtype, gen), rand_rows((POOL, *row), dtype, gen)
-        k, v = rand_rows((n, *row), dtype, gen), rand_rows((n, *row), dtype, gen)
+        kc, vc = rand_bits((POOL, *row), dtype, gen), rand_bits((POOL, *row), dtype, gen)
+        k, v = rand_bits((n, *row), dtype, gen), rand_bits((n, *row), dtype, gen)
         idx = make_indices(n, POOL, index_dtype, gen)
         before = kc.clone()
         got, want = run_both(kc, vc, idx, k, v)
@@ -59,24 +73,24 @@ def test_matches_reference(dtype, row, index_dtype):
 def test_fused_qkv_and_strided_caches():
     gen = torch.Generator().manual_seed(1)
     heads, dim, n = 4, 64, 9
-    qkv = rand_rows((n, 3 * heads, dim), torch.bfloat16, gen)
+    qkv = rand_bits((n, 3 * heads, dim), torch.bfloat16, gen)
     k, v = qkv[:, heads : 2 * heads], qkv[:, 2 * heads :]  # row stride 3 x the row
-    kv = rand_rows((POOL, 2, heads, dim), torch.bfloat16, gen)
+    kv = rand_bits((POOL, 2, heads, dim), torch.bfloat16, gen)
     kc, vc = kv[:, 0], kv[:, 1]
     idx = make_indices(n, POOL, torch.int64, gen)
     kv_ref = kv.clone()
     ops.store_cache(kc, vc, idx, k, v)
-    reference.store_cache(kv_ref[:, 0], kv_ref[:, 1], idx, k, v)
+    ref_store_cache(kv_ref[:, 0], kv_ref[:, 1], idx, k, v)
     assert same_bytes(kv, kv_ref)
 
 
 def test_misaligned_views():
     gen = torch.Generator().manual_seed(2)
     n = 5
-    kc, vc = rand_rows((POOL, 4, 64), torch.bfloat16, gen), rand_rows((POOL, 4, 64), torch.bfloat16, gen)
-    buf = rand_rows((n * 256 + 1,), torch.bfloat16, gen)
+    kc, vc = rand_bits((POOL, 4, 64), torch.bfloat16, gen), rand_bits((POOL, 4, 64), torch.bfloat16, gen)
+    buf = rand_bits((n * 256 + 1,), torch.bfloat16, gen)
     k = buf[1:].view(n, 4, 64)  # 2-byte aligned only: the launcher narrows the access width
-    v = rand_rows((n, 4, 64), torch.bfloat16, gen)
+    v = rand_bits((n, 4, 64), torch.bfloat16, gen)
     idx = make_indices(n, POOL, torch.int32, gen)
     got, want = run_both(kc, vc, idx, k, v)
     assert same_bytes(got[0], want[0]) and same_bytes(got[1], want[1])

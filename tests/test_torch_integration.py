@@ -12,12 +12,16 @@ import warnings
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit import ops
+from kernkit.testing.oracle import rand_bits, same_bytes
 from kernkit.jit import CaptureCompileError, JitDisabledError, ToolchainError
 from kernkit.ops import elementwise, embedding, kvcache, radix
 from kernkit.ops.kvcache import store_spec
-from rowdata import rand_rows, same_bytes
+
+compare_key = op_tests("compare_key")
+indexing = op_tests("indexing")
+store = op_tests("store_cache")
 
 
 class DecodeStep(torch.nn.Module):
@@ -87,10 +91,10 @@ def test_traced_calls_become_the_custom_ops():
     """The public functions route to torch.ops.kernkit.* under Dynamo (one node each, no graph
     break), out= variants included, and the traced graph computes what eager does."""
     gen = torch.Generator().manual_seed(3)
-    weight = rand_rows((30, 256), torch.float16, gen)
+    weight = rand_bits((30, 256), torch.float16, gen)
     ids = torch.tensor([0, 29, 30, -1, 7], dtype=torch.int64)
-    kv = rand_rows((16, 2, 256), torch.float16, gen)  # K and V caches interleaved: strided rows
-    qkv = rand_rows((5, 3, 256), torch.float16, gen)  # fused QKV: k and v rows strided
+    kv = rand_bits((16, 2, 256), torch.float16, gen)  # K and V caches interleaved: strided rows
+    qkv = rand_bits((5, 3, 256), torch.float16, gen)  # fused QKV: k and v rows strided
     slots = torch.tensor([3, 15, 16, 0, 9], dtype=torch.int32)
 
     def fn(weight, ids, kv, qkv, slots):
@@ -204,11 +208,11 @@ def test_custom_ops_compute_what_the_plain_functions_do():
     for kc, vc, idx, k, v in store_samples():
         kc2, vc2 = kc.clone(), vc.clone()
         torch.ops.kernkit.store_cache(kc, vc, idx, k, v)
-        reference.store_cache(kc2, vc2, idx, k, v)
+        store.ref_store_cache(kc2, vc2, idx, k, v)
         assert same_bytes(kc, kc2) and same_bytes(vc, vc2)
     for weight, ids, vocab in indexing_samples():
         want = torch.empty(ids.shape[0], weight.shape[1], dtype=weight.dtype)
-        reference.indexing(want, weight, ids, *(vocab or (0, weight.shape[0])))
+        indexing.ref_indexing(want, weight, ids, *(vocab or (0, weight.shape[0])))
         assert same_bytes(torch.ops.kernkit.indexing(weight, ids, vocab), want)
         out = torch.full_like(want, 1)
         torch.ops.kernkit.indexing_out(out, weight, ids, vocab)
@@ -216,7 +220,7 @@ def test_custom_ops_compute_what_the_plain_functions_do():
     for x, f in scale_samples():
         assert torch.equal(torch.ops.kernkit.scale(x, f), (x.float() * f).to(x.dtype))
     for a, b in compare_key_samples():
-        assert torch.ops.kernkit.compare_key(a, b) == reference.compare_key(a, b) == ops.compare_key(a, b)
+        assert torch.ops.kernkit.compare_key(a, b) == compare_key.ref_compare_key(a, b) == ops.compare_key(a, b)
 
 
 def test_custom_ops_declare_their_mutations():
@@ -535,6 +539,7 @@ def test_an_op_with_out_returning_more_than_out_and_one_other_is_refused(returns
     exec(f"""
 from typing import Optional
 import torch
+
 def op(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> {returns}:
     return x, x, x
 """, namespace)

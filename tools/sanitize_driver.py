@@ -43,10 +43,14 @@ if str(REPO) not in sys.path:  # run from anywhere without installing kernkit
     sys.path.insert(0, str(REPO))
 
 from kernkit import ops  # noqa: E402
-from kernkit.testing import oracle as reference  # noqa: E402
+from kernkit.testing.oracle import op_tests  # noqa: E402
 from kernkit.ops.elementwise import scale_spec  # noqa: E402
 from kernkit.ops.embedding import indexing_spec  # noqa: E402
 from kernkit.ops.kvcache import store_spec  # noqa: E402
+
+indexing = op_tests("indexing")
+store = op_tests("store_cache")
+
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 i32, i64 = torch.int32, torch.int64
@@ -160,7 +164,7 @@ def store_case(name, device, dtype, heads, head_dim, index_dtype, *, pool=64, n=
         k_d, v_d = k.to(device), v.to(device)
     want = [t.clone() for t in whole]
     want_caches = (want[0][:, 0], want[0][:, 1]) if kv_buffer else (want[0], want[1])
-    reference.store_cache(*want_caches, idx, k, v)
+    store.ref_store_cache(*want_caches, idx, k, v)
     ops.store_cache(*caches_d, idx.to(device), k_d, v_d)
     for i, (got, exp) in enumerate(zip(whole_d, want)):
         expect_same(name, ["k_cache", "v_cache", "kv buffer"][2 if kv_buffer else i], got, exp)
@@ -185,13 +189,13 @@ def indexing_case(name, device, dtype, hidden, id_dtype, *, rows=96, n=40, vocab
     if out_view:  # out= is the middle third of a [n, 3 * hidden] buffer, checked whole
         buf = rand_bits((n, 3 * hidden), dtype, gen)
         want = buf.clone()
-        reference.indexing(want[:, hidden : 2 * hidden], weight, ids, start, length)
+        indexing.ref_indexing(want[:, hidden : 2 * hidden], weight, ids, start, length)
         buf_d = buf.to(device)
         ops.indexing(weight_d, ids.to(device), out=buf_d[:, hidden : 2 * hidden], vocab_range=vocab_range)
         expect_same(name, "out buffer", buf_d, want)
     else:
         want = torch.empty(n, hidden, dtype=dtype)
-        reference.indexing(want, weight, ids, start, length)
+        indexing.ref_indexing(want, weight, ids, start, length)
         expect_same(name, "out", ops.indexing(weight_d, ids.to(device), vocab_range=vocab_range), want)
     return 1
 

@@ -40,7 +40,21 @@ import torch
 
 from kernkit import ops
 
-from . import oracle as reference
+from .oracle import op_tests
+
+
+from . import oracle
+from .oracle import as_bytes, rand_bits, same_bytes
+
+act_tests = op_tests("activation")
+group_quant = op_tests("group_quant")
+indexing = op_tests("indexing")
+norm = op_tests("norm")
+qk = op_tests("qk_norm")
+quant = op_tests("quant")
+rope = op_tests("rope")
+rope_store = op_tests("rope_store")
+store = op_tests("store_cache")
 
 FORMAT = 2
 
@@ -78,29 +92,14 @@ def generator(name: str) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(name.encode()))
 
 
-def rand_bits(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    """Random bytes viewed as ``dtype`` (any bit pattern: NaN payloads, -0.0, subnormals)."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, (*shape[:-1], shape[-1] * elem), dtype=torch.uint8, generator=gen)
-    return raw.view(dtype)
-
-
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A copy of ``t`` on ``device``, never ``t`` itself (on the CPU too): the reference's
     tensors stay apart from the op's."""
     return t.to(device, copy=True)
 
 
-def as_bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cpu().contiguous().view(torch.uint8)
-
-
 def sha256(t: torch.Tensor) -> str:
     return hashlib.sha256(as_bytes(t).numpy().tobytes()).hexdigest()
-
-
-def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(as_bytes(a), as_bytes(b))
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,7 +154,7 @@ def store_case(dtype: torch.dtype, row: tuple[int, ...], n: int, index_dtype: to
             return (b["kv_cache"][:, 0], b["kv_cache"][:, 1]) if strided_cache else (b["k_cache"], b["v_cache"])
 
         ref = {key: t.clone() for key, t in bufs.items()}
-        reference.store_cache(*caches(ref), idx, k, v)
+        store.ref_store_cache(*caches(ref), idx, k, v)
 
         dev = {key: to_device(t, device) for key, t in bufs.items()}
         if strided_kv:
@@ -202,10 +201,10 @@ def indexing_case(dtype: torch.dtype, hidden: int, n: int, id_dtype: torch.dtype
 
         if out_view:
             want = buf.clone()
-            reference.indexing(want[:, hidden : 2 * hidden], weight_of(table), ids, start, length)
+            indexing.ref_indexing(want[:, hidden : 2 * hidden], weight_of(table), ids, start, length)
         else:
             want = torch.empty((n, hidden), dtype=dtype)
-            reference.indexing(want, weight_of(table), ids, start, length)
+            indexing.ref_indexing(want, weight_of(table), ids, start, length)
 
         table_d = to_device(table, device)
         if out_view:
@@ -306,7 +305,7 @@ def quant_case(dtype: torch.dtype, hidden: int, tokens: int, *, row_pad: int = 0
         gen = generator(name)
         base = quant_input(dtype, tokens, hidden + row_pad, gen)
         x = base[:, offset : offset + hidden]
-        want_q, want_scales = reference.per_token_quant_fp8(x)
+        want_q, want_scales = quant.ref_per_token_quant_fp8(x)
         x_d = to_device(base, device)[:, offset : offset + hidden]
         if out_view:
             buf = torch.randint(0, 256, ((tokens + 2) * hidden,), dtype=torch.uint8, generator=gen)
@@ -382,7 +381,7 @@ def group_quant_case(dtype: torch.dtype, group_size: int, tokens: int, groups: i
         hidden = groups * group_size
         base = group_quant_input(dtype, tokens, hidden + 2 * offset, 1 if offset else group_size, gen, specials)
         x = base[:, offset : offset + hidden]
-        want_q, want_scales = reference.per_token_group_quant_fp8(x, group_size, column_major, ue8m0, eps)
+        want_q, want_scales = group_quant.ref_per_token_group_quant_fp8(x, group_size, column_major, ue8m0, eps)
         x_d = to_device(base, device)[:, offset : offset + hidden]
         q, scales = ops.per_token_group_quant_fp8(x_d, group_size, column_major_scales=column_major,
                                                   scale_ue8m0=ue8m0, eps=eps)
@@ -466,7 +465,7 @@ def rope_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n:
             return b["q"], b["k"]
 
         ref = {key: t.clone() for key, t in bufs.items()}
-        reference.rotary_embedding(pos, *views(ref), cache, is_neox, head_dim)
+        rope.ref_rotary_embedding(pos, *views(ref), cache, is_neox, head_dim)
         dev = {key: to_device(t, device) for key, t in bufs.items()}
         ops.rotary_embedding(to_device(pos, device), *views(dev), to_device(cache, device), is_neox,
                              head_dim=head_dim)
@@ -528,7 +527,7 @@ def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bo
 
         ref = {key: t.clone() for key, t in bufs.items()}
         q, k, v, kc, vc = views(ref)
-        reference.rotary_embedding_store(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim)
+        rope_store.ref_rotary_embedding_store(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim)
         dev = {key: to_device(t, device) for key, t in bufs.items()}
         q, k, v, kc, vc = views(dev)
         ops.rotary_embedding_store(to_device(pos, device), q, k, v, to_device(cache, device), kc, vc,
@@ -599,15 +598,15 @@ def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: 
         w_d = to_device(weight, device)
         r, d = views(ref), views(dev)
         if fused:
-            reference.fused_add_rmsnorm(r["x"], r["residual"], weight, eps)
+            norm.ref_fused_add_rmsnorm(r["x"], r["residual"], weight, eps)
             ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps)
         elif row_pad:
-            reference.rmsnorm(r["out"], r["x"], weight, eps)
+            norm.ref_rmsnorm(r["out"], r["x"], weight, eps)
             if ops.rmsnorm(d["x"], w_d, eps, out=d["out"]).data_ptr() != d["out"].data_ptr():
                 raise AssertionError(f"{name}: rmsnorm(out=...) did not return out")
         else:  # a new output
             want = torch.empty((*lead, hidden), dtype=dtype)
-            reference.rmsnorm(want, r["x"], weight, eps)
+            norm.ref_rmsnorm(want, r["x"], weight, eps)
             got = ops.rmsnorm(d["x"], w_d, eps).cpu()
             return {"out": (got, want), "x": (dev["x"].cpu(), ref["x"])}
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
@@ -655,7 +654,7 @@ def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k
                 k if k_2d else k.view(tokens, k_heads, head_dim))
 
         ref, dev = qkv.clone(), to_device(qkv, device)
-        reference.qk_norm(*views(ref), wq, wk, 1e-6)
+        qk.ref_qk_norm(*views(ref), wq, wk, 1e-6)
         ops.qk_norm(*views(dev), to_device(wq, device), to_device(wk, device), 1e-6)
         return {"qkv": (dev.cpu(), ref)}
 
@@ -681,7 +680,7 @@ def qk_norm_cases() -> list[Case]:
 #
 # The activations are not torch's libm, so their outputs are not torch's bits: each is checked
 # here against the float64 formula within the bound the ops document
-# (reference.act_and_mul_bound), and a ReferenceMismatch is raised otherwise. fp32 is built
+# (act_tests.act_and_mul_bound), and a ReferenceMismatch is raised otherwise. fp32 is built
 # from IEEE-rounded operations (the same bits on the GPU and the emulator): an exact case, hashed
 # after that check. fp16 and bf16 use the hardware's approximate exp2 and reciprocal: bound
 # cases (``Within``).
@@ -690,21 +689,21 @@ ACT_OPS = {"silu": "silu_and_mul", "gelu": "gelu_and_mul", "gelu_tanh": "gelu_an
 
 
 def act_check(name: str, x: torch.Tensor, got: torch.Tensor, activation: str) -> float:
-    """``got`` against the float64 result of ``x`` within ``reference.act_and_mul_bound`` (where
+    """``got`` against the float64 result of ``x`` within ``act_tests.act_and_mul_bound`` (where
     that rounds to an infinity or NaN, ``got`` must be it); the largest error in units of the
     bound's ulp (fp16/bf16: ulps of the dtype). Raises ``ReferenceMismatch`` naming the case."""
     dtype = x.dtype
-    ref = reference.act_and_mul(x, activation)
+    ref = act_tests.ref_act_and_mul(x, activation)
     special = ~ref.to(dtype).isfinite()
     err = (got.double() - ref).abs()
-    bound = reference.act_and_mul_bound(x, ref, activation)
+    bound = act_tests.act_and_mul_bound(x, ref, activation)
     ok = torch.where(special, got.double() == ref.to(dtype).double(), err <= bound)
     if not bool(ok.all()):
         i = int((~ok).reshape(-1).nonzero()[0])
         raise ReferenceMismatch(f"{name}: 'out' is not within the documented bound of the float64 result: "
                                 f"element {i}: got {got.reshape(-1)[i].item()!r}, float64 {ref.reshape(-1)[i].item()!r}, "
                                 f"bound {bound.reshape(-1)[i].item():.3g}")
-    ulps = err[~special] / reference.ulp(ref[~special], dtype)
+    ulps = err[~special] / oracle.ulp(ref[~special], dtype)
     return float(ulps.max()) if ulps.numel() else 0.0
 
 
@@ -764,7 +763,7 @@ def act_case(activation: str, dtype: torch.dtype, rows: tuple[int, ...], d: int,
         max_ulps = act_check(name, x, got, activation)
         if dtype == torch.float32:
             return {"out": (whole, whole.clone())}  # exact: the hash of the checked output
-        return {"out": Within(whole, reference.ACT_BOUND_ULPS[activation, dtype], max_ulps)}
+        return {"out": Within(whole, act_tests.ACT_BOUND_ULPS[activation, dtype], max_ulps)}
 
     return Case(name, "act_and_mul", run)
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing import oracle
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import gelu_and_mul, silu_and_mul
 from kernkit.ops.activation import ACTIVATIONS, act_and_mul_spec
+
+act_tests = op_tests("activation")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -37,12 +41,12 @@ def run(x: torch.Tensor, activation: str, out: torch.Tensor | None = None) -> to
 
 def assert_within_bound(got: torch.Tensor, x: torch.Tensor, activation: str) -> None:
     x, got = x.cpu(), got.cpu()
-    ref = reference.act_and_mul(x, activation)
+    ref = act_tests.ref_act_and_mul(x, activation)
     special = ~ref.to(x.dtype).isfinite()
     assert torch.equal(got[special].isnan(), ref[special].isnan())
     assert torch.equal(got[special & ~ref.isnan()], ref[special & ~ref.isnan()].to(x.dtype)), activation
     err = (got[~special].double() - ref[~special]).abs()
-    assert bool((err <= reference.act_and_mul_bound(x, ref, activation)[~special]).all()), activation
+    assert bool((err <= act_tests.act_and_mul_bound(x, ref, activation)[~special]).all()), activation
 
 
 def random_x(shape, dtype, seed=0, device="cuda") -> torch.Tensor:
@@ -100,7 +104,7 @@ def test_half_within_the_bound_like_the_emulator(dtype, act):
     assert_within_bound(emu, x, act)
     finite = gpu.isfinite() & emu.isfinite()
     assert torch.equal(gpu.isnan(), emu.isnan())
-    apart = (gpu[finite].double() - emu[finite].double()).abs() / reference.ulp(emu[finite].double(), dtype)
+    apart = (gpu[finite].double() - emu[finite].double()).abs() / oracle.ulp(emu[finite].double(), dtype)
     assert float(apart.max()) <= 1.0
 
 
@@ -109,7 +113,7 @@ def test_half_within_the_bound_like_the_emulator(dtype, act):
 def test_every_half_gate_value_max_ulps(dtype, act):
     """Every one of the 65536 gate values (NaNs and infinities too) against up values from tiny
     to huge: the GPU's largest error against float64, in ulps of the dtype, printed and within
-    ``reference.ACT_BOUND_ULPS``."""
+    ``act_tests.ACT_BOUND_ULPS``."""
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256)
     ups = ((1.0, -3.5, 2.0**59, -(2.0**61), 2.0**-59, 2.0**-62, 3e38, -1e-38) if dtype == torch.bfloat16
            else (1.0, -3.5, 6.0e4, -65504.0, -1e-7, 6e-8))
@@ -118,11 +122,11 @@ def test_every_half_gate_value_max_ulps(dtype, act):
         x = torch.cat([gate, torch.full_like(gate, up)], dim=-1)
         got = run(x.cuda(), act).cpu()
         assert_within_bound(got, x, act)
-        ref = reference.act_and_mul(x, act)
+        ref = act_tests.ref_act_and_mul(x, act)
         finite = ref.to(dtype).isfinite()
-        err = (got[finite].double() - ref[finite]).abs() / reference.ulp(ref[finite], dtype)
+        err = (got[finite].double() - ref[finite]).abs() / oracle.ulp(ref[finite], dtype)
         worst = max(worst, float(err.max()))
-    bound = reference.ACT_BOUND_ULPS[act, dtype]
+    bound = act_tests.ACT_BOUND_ULPS[act, dtype]
     print(f"\n{act} {str(dtype).removeprefix('torch.')}: max {worst:.4f} ulp over every gate value "
           f"(bound {bound})")
     assert 0.25 < worst <= bound

@@ -9,10 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_group_quant_fp8
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec
+
+group_quant = op_tests("group_quant")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -51,7 +54,7 @@ def groups_of(tokens: int, hidden: int, dtype: torch.dtype, group_size: int, see
 
 def assert_matches(x, q, scales, group_size, column_major=False, ue8m0=False, eps=1e-10):
     """Bit-exact against the reference run on the CPU, the scales in their layout."""
-    want_q, want_scales = reference.per_token_group_quant_fp8(x.cpu(), group_size, column_major, ue8m0, eps)
+    want_q, want_scales = group_quant.ref_per_token_group_quant_fp8(x.cpu(), group_size, column_major, ue8m0, eps)
     assert q.shape == x.shape and q.dtype == fp8 and q.is_contiguous()
     assert (scales.dtype, scales.shape) == (want_scales.dtype, want_scales.shape)
     assert x.shape[0] == 0 or scales.stride() == want_scales.stride()

@@ -9,10 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.ops.kvcache import store_spec
+
+indexing = op_tests("indexing")
+store = op_tests("store_cache")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -76,7 +80,7 @@ def test_store_cache_matches_torch(dtype, row):
             idx = indices_for(n, pool, index_dtype)
             kc1, vc1, kc2, vc2 = kc.clone(), vc.clone(), kc.clone(), vc.clone()
             ops.store_cache(kc1, vc1, idx, k, v)
-            reference.store_cache(kc2, vc2, idx, k, v)
+            store.ref_store_cache(kc2, vc2, idx, k, v)
             torch.cuda.synchronize()
             assert same_bytes(kc1, kc2) and same_bytes(vc1, vc2), (n, index_dtype)
 
@@ -93,10 +97,10 @@ def test_indexing_matches_torch(dtype, row):
             ids = torch.randint(-50, vocab + 50, (n,), device="cuda").to(id_dtype)
             got = ops.indexing(weight, ids)
             want = torch.empty_like(got)
-            reference.indexing(want, weight, ids, 0, vocab)
+            indexing.ref_indexing(want, weight, ids, 0, vocab)
             assert same_bytes(got, want), (n, id_dtype)
             got = ops.indexing(weight, ids, vocab_range=(300, 400))
-            reference.indexing(want, weight, ids, 300, 400)
+            indexing.ref_indexing(want, weight, ids, 300, 400)
             assert same_bytes(got, want), (n, id_dtype, "shard")
 
 
@@ -110,14 +114,14 @@ def test_strided_and_misaligned_views(dtype):
     idx = indices_for(n, pool, torch.int64)
     ref = kv.clone()
     ops.store_cache(kc, vc, idx, k, v)
-    reference.store_cache(ref[:, 0], ref[:, 1], idx, k, v)
+    store.ref_store_cache(ref[:, 0], ref[:, 1], idx, k, v)
     assert same_bytes(kv, ref)
     # One element in: every access narrows to the element size.
     buf = rand_rows((n * heads * dim + 1,), dtype)
     k2 = buf[1:].view(n, heads, dim)
     ref = kv.clone()
     ops.store_cache(kc, vc, idx, k2, v)
-    reference.store_cache(ref[:, 0], ref[:, 1], idx, k2, v)
+    store.ref_store_cache(ref[:, 0], ref[:, 1], idx, k2, v)
     assert same_bytes(kv, ref)
     table = rand_rows((500, 2 * heads * dim), dtype)
     weight = table[:, 1 : heads * dim + 1]
@@ -125,7 +129,7 @@ def test_strided_and_misaligned_views(dtype):
     ids = torch.randint(0, 500, (n,), device="cuda")
     ops.indexing(weight, ids, out=out)
     want = torch.empty(n, heads * dim, dtype=dtype, device="cuda")
-    reference.indexing(want, weight, ids, 0, 500)
+    indexing.ref_indexing(want, weight, ids, 0, 500)
     assert same_bytes(out, want)
 
 
@@ -147,7 +151,7 @@ def test_non_default_stream():
     k, v = rand_rows((n, 8, 128), torch.bfloat16), rand_rows((n, 8, 128), torch.bfloat16)
     idx = indices_for(n, pool, torch.int32)
     ref_k, ref_v = kc.clone(), vc.clone()
-    reference.store_cache(ref_k, ref_v, idx, k, v)
+    store.ref_store_cache(ref_k, ref_v, idx, k, v)
     weight = rand_rows((5000, 1024), torch.bfloat16)
     ids = torch.randint(0, 5000, (n,), device="cuda")
     s = torch.cuda.Stream()
@@ -182,7 +186,7 @@ def test_cuda_graph_replay():
         idx.copy_(indices_for(n, pool, torch.int64))
         ids.copy_(torch.randint(0, 5000, (n,), device="cuda", dtype=torch.int32))
         ref_k, ref_v = kc.clone(), vc.clone()
-        reference.store_cache(ref_k, ref_v, idx, k, v)
+        store.ref_store_cache(ref_k, ref_v, idx, k, v)
         graph.replay()
         torch.cuda.synchronize()
         assert same_bytes(kc, ref_k) and same_bytes(vc, ref_v)

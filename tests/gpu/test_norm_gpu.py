@@ -9,10 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as kernel_order
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
 from kernkit.ops.norm import norm_spec
+
+norm = op_tests("norm")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -33,9 +36,9 @@ def norm_with_pdl(dtype: torch.dtype, hidden: int, use_pdl: bool) -> JitSpec:
 
 
 def assert_within_tolerance(got: torch.Tensor, want: torch.Tensor) -> None:
-    """The docstrings' bound (``reference.rmsnorm_bound``)."""
+    """The docstrings' bound (``norm.rmsnorm_bound``)."""
     assert torch.isfinite(got).all()
-    assert ((got.double() - want).abs() <= kernel_order.rmsnorm_bound(want, got.dtype)).all()
+    assert ((got.double() - want).abs() <= norm.rmsnorm_bound(want, got.dtype)).all()
 
 
 def sizes(dtype):
@@ -61,9 +64,9 @@ def test_rmsnorm_matches_float64_and_the_kernel_order_bits(dtype, rows):
         x = (torch.randn(rows, hidden, generator=g) * 3).to(dtype)
         w = torch.randn(hidden, generator=g).to(dtype)
         y = rmsnorm(x.cuda(), w.cuda(), 1e-6).cpu()
-        assert_within_tolerance(y, kernel_order.rmsnorm64(x, w, 1e-6))
+        assert_within_tolerance(y, norm.rmsnorm64(x, w, 1e-6))
         want = torch.empty_like(x)
-        kernel_order.rmsnorm(want, x, w, 1e-6)
+        norm.ref_rmsnorm(want, x, w, 1e-6)
         assert torch.equal(y, want), (hidden, rows)
 
 
@@ -79,9 +82,9 @@ def test_fused_add_rmsnorm_matches_float64_and_the_kernel_order_bits(dtype, rows
         fused_add_rmsnorm(xd, rd, w.cuda(), 1e-5)
         s = x.float() + r.float()
         assert torch.equal(rd.cpu(), s.to(dtype))
-        assert_within_tolerance(xd.cpu(), kernel_order.rmsnorm64(s, w, 1e-5))
+        assert_within_tolerance(xd.cpu(), norm.rmsnorm64(s, w, 1e-5))
         x1, r1 = x.clone(), r.clone()
-        kernel_order.fused_add_rmsnorm(x1, r1, w, 1e-5)
+        norm.ref_fused_add_rmsnorm(x1, r1, w, 1e-5)
         assert torch.equal(xd.cpu(), x1)
 
 
@@ -92,16 +95,16 @@ def test_strided_and_multi_dimensional_rows():
     outbuf = torch.full((4, 9, 4096 + 64), 5.0, device="cuda", dtype=bf16)
     out = outbuf[..., :4096]
     rmsnorm(x, w, 1e-6, out=out)
-    assert_within_tolerance(out.cpu(), kernel_order.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(out.cpu(), norm.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
     assert (outbuf[..., 4096:] == 5.0).all()
     q = torch.randn(1000, 32, 128, device="cuda").half()  # a per-head q norm
     wq = torch.randn(128, device="cuda").half()
-    assert_within_tolerance(rmsnorm(q, wq).cpu(), kernel_order.rmsnorm64(q.cpu(), wq.cpu(), 1e-6))
+    assert_within_tolerance(rmsnorm(q, wq).cpu(), norm.rmsnorm64(q.cpu(), wq.cpu(), 1e-6))
     r = torch.randn(4, 9, 2 * 4096, device="cuda").bfloat16()[..., :4096]
     s = x.float() + r.float()
     fused_add_rmsnorm(x, r, w)
     assert torch.equal(r, s.bfloat16())
-    assert_within_tolerance(x.cpu(), kernel_order.rmsnorm64(s.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(x.cpu(), norm.rmsnorm64(s.cpu(), w.cpu(), 1e-6))
 
 
 @pytest.mark.parametrize("use_pdl", [False, True])
@@ -118,10 +121,10 @@ def test_both_pdl_variants(use_pdl):
         module.fused_add_rmsnorm(x, r, w, 1e-6)
         module.rmsnorm(out, x, w, 1e-6)
         module.fused_add_rmsnorm(out, r, w, 1e-6)
-        kernel_order.fused_add_rmsnorm(ex, er, w.cpu(), 1e-6)
+        norm.ref_fused_add_rmsnorm(ex, er, w.cpu(), 1e-6)
         eo = torch.empty_like(ex)
-        kernel_order.rmsnorm(eo, ex, w.cpu(), 1e-6)
-        kernel_order.fused_add_rmsnorm(eo, er, w.cpu(), 1e-6)
+        norm.ref_rmsnorm(eo, ex, w.cpu(), 1e-6)
+        norm.ref_fused_add_rmsnorm(eo, er, w.cpu(), 1e-6)
         x.copy_(out)
         ex = eo
     torch.cuda.synchronize()
@@ -136,7 +139,7 @@ def test_non_default_stream():
     with torch.cuda.stream(stream):
         y = rmsnorm(x, w)
     stream.synchronize()
-    assert_within_tolerance(y.cpu(), kernel_order.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
+    assert_within_tolerance(y.cpu(), norm.rmsnorm64(x.cpu(), w.cpu(), 1e-6))
 
 
 def test_cuda_graph_replay():
@@ -156,9 +159,9 @@ def test_cuda_graph_replay():
     graph.replay()
     torch.cuda.synchronize()
     ex, er = x0.cpu(), r0.cpu()
-    kernel_order.fused_add_rmsnorm(ex, er, w.cpu(), 1e-6)
+    norm.ref_fused_add_rmsnorm(ex, er, w.cpu(), 1e-6)
     eo = torch.empty_like(ex)
-    kernel_order.rmsnorm(eo, ex, w.cpu(), 1e-6)
+    norm.ref_rmsnorm(eo, ex, w.cpu(), 1e-6)
     assert torch.equal(r.cpu(), er) and torch.equal(x.cpu(), ex) and torch.equal(out.cpu(), eo)
 
 

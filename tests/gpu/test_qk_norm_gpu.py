@@ -8,10 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import qk_norm
 from kernkit.ops.qk_norm import QK_NORM_HEAD_DIMS, qk_norm_spec
+
+norm = op_tests("norm")
+qk = op_tests("qk_norm")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -41,12 +45,12 @@ def test_bits_equal_the_reference_and_v_is_untouched(dtype, head_dim, tokens, q_
     g = torch.Generator().manual_seed(tokens)
     wq, wk = (torch.randn(head_dim, generator=g).to(dtype) for _ in range(2))
     want = qkv.clone()
-    reference.qk_norm(*views(want), wq, wk, 1e-6)
+    qk.ref_qk_norm(*views(want), wq, wk, 1e-6)
     dev = qkv.cuda()
     qk_norm(*views(dev), wq.cuda(), wk.cuda())
     assert torch.equal(dev.cpu(), want)
-    q64 = reference.rmsnorm64(views(qkv)[0], wq, 1e-6)
-    assert ((views(dev.cpu())[0].double() - q64).abs() <= reference.rmsnorm_bound(q64, dtype)).all()
+    q64 = norm.rmsnorm64(views(qkv)[0], wq, 1e-6)
+    assert ((views(dev.cpu())[0].double() - q64).abs() <= norm.rmsnorm_bound(q64, dtype)).all()
 
 
 @pytest.mark.parametrize("use_pdl", [False, True])
@@ -59,7 +63,7 @@ def test_both_pdl_variants(use_pdl):
     qkv, views = fused_qkv(300, 32, 8, 128, torch.bfloat16, 1)
     w = torch.randn(128, dtype=torch.bfloat16)
     want = qkv.clone()
-    reference.qk_norm(*views(want), w, w, 1e-6)
+    qk.ref_qk_norm(*views(want), w, w, 1e-6)
     dev = qkv.cuda()
     module.qk_norm(*views(dev), w.cuda(), w.cuda(), 1e-6)
     assert torch.equal(dev.cpu(), want)
@@ -76,7 +80,7 @@ def test_cuda_graph_replay():
     dev.copy_(qkv.cuda())
     graph.replay()
     want = qkv.clone()
-    reference.qk_norm(*views(want), w.cpu(), w.cpu(), 1e-6)
+    qk.ref_qk_norm(*views(want), w.cpu(), w.cpu(), 1e-6)
     assert torch.equal(dev.cpu(), want)
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_quant_fp8
 from kernkit.ops.quant import per_token_quant_fp8_spec
+
+quant = op_tests("quant")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -48,7 +51,7 @@ def rows(tokens: int, hidden: int, dtype: torch.dtype, seed: int = 0) -> torch.T
 def assert_matches(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> None:
     """Bit-exact against the reference (run on the CPU), and within the docstring's bound of a
     float64 computation."""
-    want_q, want_scales = reference.per_token_quant_fp8(x.cpu())
+    want_q, want_scales = quant.ref_per_token_quant_fp8(x.cpu())
     assert q.shape == x.shape and scales.shape == (*x.shape[:-1], 1)
     assert torch.equal(scales.cpu().view(torch.int32), want_scales.view(torch.int32))
     assert torch.equal(q.cpu().view(torch.uint8), want_q.view(torch.uint8))

@@ -11,11 +11,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding  # noqa: E402
 from kernkit.ops.rope import rope_spec  # noqa: E402
+
+rope = op_tests("rope")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -45,7 +48,7 @@ def rand(shape, dtype) -> torch.Tensor:
 def expected(positions, q, k, cache, is_neox, head_dim):
     """The fp32 torch reference, computed on the CPU: (q, k) as the kernel must leave them."""
     q_ref, k_ref = q.cpu().clone(), k.cpu().clone()
-    reference.rotary_embedding(positions.cpu(), q_ref, k_ref, cache.cpu(), is_neox, head_dim)
+    rope.ref_rotary_embedding(positions.cpu(), q_ref, k_ref, cache.cpu(), is_neox, head_dim)
     return q_ref, k_ref
 
 
@@ -182,7 +185,7 @@ def test_both_pdl_variants(use_pdl):
     want_q, want_k = q.cpu(), k.cpu()
     for _ in range(3):  # back to back on one stream: each launch reads what the previous wrote
         module.rotary_embedding(positions, q, k, cache, 128)
-        reference.rotary_embedding(positions.cpu(), want_q, want_k, cache.cpu())
+        rope.ref_rotary_embedding(positions.cpu(), want_q, want_k, cache.cpu())
     assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 
 from kernkit.jit import JitSpec, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding, rotary_embedding_store, store_cache  # noqa: E402
+
+rope_store = op_tests("rope_store")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -52,7 +55,7 @@ def check(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim=None, fn=None, pai
     fused = [t.clone() for t in (q, k, kc, vc)]
     fn(pos, fused[0], fused[1], v, cache, fused[2], fused[3], loc, is_neox, head_dim=head_dim)
     ref = [t.cpu() for t in (q, k, kc, vc)]
-    reference.rotary_embedding_store(pos.cpu(), ref[0], ref[1], v.cpu(), cache.cpu(), ref[2], ref[3], loc.cpu(),
+    rope_store.ref_rotary_embedding_store(pos.cpu(), ref[0], ref[1], v.cpu(), cache.cpu(), ref[2], ref[3], loc.cpu(),
                                      is_neox, head_dim)
     for name, got, want in zip(("q", "k", "k_cache", "v_cache"), fused, ref):
         assert torch.equal(got.cpu(), want), f"{name}: GPU != reference"
@@ -117,5 +120,5 @@ def test_cuda_graph_replay_and_pdl_variants():
     graph.replay()
     torch.cuda.synchronize()
     want = [t.cpu() for t in saved]
-    reference.rotary_embedding_store(pos.cpu(), want[0], want[1], v.cpu(), cache.cpu(), want[2], want[3], loc.cpu())
+    rope_store.ref_rotary_embedding_store(pos.cpu(), want[0], want[1], v.cpu(), cache.cpu(), want[2], want[3], loc.cpu())
     assert all(torch.equal(a.cpu(), b) for a, b in zip((gq, gk, gkc, gvc), want))

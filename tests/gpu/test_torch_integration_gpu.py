@@ -11,9 +11,12 @@ import threading
 import pytest
 import torch
 
-from kernkit.testing import oracle as reference
+from kernkit.testing.oracle import op_tests
 from kernkit import ops
 from kernkit.jit import CaptureCompileError
+
+store = op_tests("store_cache")
+
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -118,7 +121,7 @@ def test_ops_run_on_the_current_side_stream():
     torch.cuda.current_stream().wait_stream(side)
     rows.record_stream(torch.cuda.current_stream())
     kc_ref, vc_ref = torch.zeros_like(kc), torch.zeros_like(vc)
-    reference.store_cache(kc_ref, vc_ref, slots, k_new, v_new)
+    store.ref_store_cache(kc_ref, vc_ref, slots, k_new, v_new)
     torch.cuda.synchronize()
     assert same_bytes(kc, kc_ref) and same_bytes(vc, vc_ref)
     assert same_bytes(rows, k_new.view(n, -1))

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernkit import ops
-
+from kernkit.testing.invalid import HUGE, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit
 
 # ----- the reference: what the kernel must compute
 
@@ -67,3 +67,73 @@ def test_random_short_keys(xs, ys):
 def test_bad_arguments(a, b, role, exc):
     with pytest.raises(exc, match=f"'{role}'"):
         ops.compare_key(a, b)
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+i32 = torch.int32
+
+@st.composite
+def key_params(draw):
+    return dict(
+        la=draw(st.sampled_from([0, 1, 5, 9, 40])),
+        lb=draw(st.sampled_from([0, 1, 5, 9, 40])),
+        layout_a=draw(st.sampled_from(["contiguous", "offset"])),
+        layout_b=draw(st.sampled_from(["contiguous", "offset"])),
+        common=draw(st.integers(0, 40)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def key_args(a: Arena, p: dict) -> dict:
+    x = a.tensor((p["la"],), i32, p["layout_a"])
+    y = a.tensor((p["lb"],), i32, p["layout_b"])
+    x.copy_(torch.randint(-3, 3, (p["la"],), generator=a.gen, dtype=i32))
+    y.copy_(torch.randint(-3, 3, (p["lb"],), generator=a.gen, dtype=i32))
+    k = min(p["common"], p["la"], p["lb"])
+    y[:k] = x[:k]
+    a.bufs[-2] = (a.bufs[-2][0], a.bufs[-2][0].clone())
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    return dict(a=x, b=y)
+
+
+def _key_bad(arg: str) -> list[Bad]:
+    length = "la" if arg == "a" else "lb"
+    return [
+        Bad(arg, "dtype", TypeError,
+            lambda a, p, d: a.tensor((p[length],), d.draw(st.sampled_from(
+                [torch.int64, torch.int16, torch.uint8, torch.float32, torch.bool, torch.uint32])))),
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p[length], 1), (2, 3), ()])), i32)),
+        Bad(arg, "non-contiguous", ValueError, lambda a, p, d: a.tensor((max(p[length], 2),), i32, "step2")),
+        Bad(arg, "stride 0 (expand, maybe 2**40 long)", ValueError,
+            lambda a, p, d: a.tensor((d.draw(st.sampled_from([max(p[length], 2), HUGE])),), i32, "expand")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta((p[length],), i32)),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1, 2], 3]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p[length],), i32))),
+    ]
+
+
+KEY_BAD = _key_bad("a") + _key_bad("b")
+
+
+@pytest.mark.parametrize("bad", KEY_BAD, ids=bad_id)
+@invalid_settings(KEY_BAD)
+@given(p=key_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_compare_key_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    args = key_args(a, p)
+    args[bad.arg] = bad.make(a, p, d)
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
+        check_invalid(lambda: torch.ops.kernkit.compare_key(args["a"], args["b"]), a, bad)
+    else:
+        check_invalid(lambda: ops.compare_key(**args), a, bad)
+
+
+@VALID
+@given(p=key_params())
+def test_compare_key_valid_views_give_the_reference(p):
+    a = Arena.seeded(p["seed"])
+    args = key_args(a, p)
+    assert ops.compare_key(**args) == ref_compare_key(**args)
+    assert a.unchanged()

@@ -18,9 +18,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_group_quant_fp8, registered_ops
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, _module, per_token_group_quant_fp8_spec
+from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
+from kernkit.testing.invalid import VALID, Arena, Bad, bad_id, check_invalid, invalid_settings
+from kernkit.testing.oracle import op_tests
+
+quant = op_tests("quant")
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 i32 = torch.int32
@@ -421,3 +427,153 @@ def test_out_sharing_memory_with_x_is_refused():
     with pytest.raises(ValueError, match=r"^'out' and 'x' overlap in memory"):
         per_token_group_quant_fp8(x, out=out)
     assert torch.equal(buf, before)
+
+
+# ----- the kernel-hash cases (python -m kernkit.testing.hashes)
+
+
+def group_quant_input(dtype: torch.dtype, tokens: int, width: int, group_size: int, gen: torch.Generator,
+                      specials: bool) -> torch.Tensor:
+    """Normal values, each group of its own magnitude; with ``specials``, row 0's groups are
+    zeros, -0.0, one NaN, two infinities, subnormals and the dtype's largest finite value (the
+    kernel writes one NaN for all: 0x7fffffff scales, 0x7f values)."""
+    span = 10 if dtype == torch.float16 else 20
+    groups = width // group_size
+    mag = torch.exp2(torch.randint(-span, span + 1, (tokens, groups, 1), generator=gen).float())
+    x = (torch.randn(tokens, groups, group_size, generator=gen) * mag).to(dtype)
+    if specials:
+        fi = torch.finfo(dtype)
+        x[0, 0] = 0.0
+        x[0, 1] = -0.0
+        x[0, 2, 3] = float("nan")
+        x[0, 3, 1], x[0, 3, 2] = float("inf"), float("-inf")
+        x[0, 4] = fi.smallest_normal * fi.eps * torch.arange(group_size)
+        x[0, 5, 0] = -fi.max
+    return x.view(tokens, width)
+
+
+def group_quant_case(dtype: torch.dtype, group_size: int, tokens: int, groups: int, *, column_major: bool = False,
+                     ue8m0: bool = False, offset: int = 0, specials: bool = False, eps: float = 1e-10) -> Case:
+    """``per_token_group_quant_fp8`` of ``tokens`` rows of ``groups`` groups. ``offset``: the rows
+    are ``x[:, offset : offset + hidden]`` of a buffer ``2 * offset`` wider (odd: the scalar
+    variant); the scales are hashed as their view (the column-major padding is not written)."""
+    layout = ("col" if column_major else "row") + ("-ue8m0" if ue8m0 else "")
+    name = (f"per_token_group_quant_fp8/{SHORT[dtype]}-g{group_size}-t{tokens}-n{groups}-{layout}"
+            + (f"-offset{offset}" if offset else "") + ("-specials" if specials else "")
+            + (f"-eps{eps:g}" if eps != 1e-10 else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        hidden = groups * group_size
+        base = group_quant_input(dtype, tokens, hidden + 2 * offset, 1 if offset else group_size, gen, specials)
+        x = base[:, offset : offset + hidden]
+        want_q, want_scales = ref_per_token_group_quant_fp8(x, group_size, column_major, ue8m0, eps)
+        x_d = to_device(base, device)[:, offset : offset + hidden]
+        q, scales = ops.per_token_group_quant_fp8(x_d, group_size, column_major_scales=column_major,
+                                                  scale_ue8m0=ue8m0, eps=eps)
+        if scales.stride() != want_scales.stride():
+            raise AssertionError(f"{name}: scales of strides {scales.stride()}, want {want_scales.stride()}")
+        return {"q": (q.cpu(), want_q), "scales": (scales.cpu(), want_scales)}
+
+    return Case(name, "quant/per_token_group_fp8.cuh", run)
+
+
+def hash_cases() -> list[Case]:
+    """Each dtype and scale layout: bf16 x 128 (16 lanes a group, several blocks), fp16 x 64
+    column-major, fp32 x 16 packed UE8M0 (a padding byte), bf16 x 128 row-major UE8M0, bf16 x 32
+    rows at an odd offset (the scalar variant), and bf16 x 16 special groups with eps 0."""
+    return [
+        group_quant_case(bf16, 128, 33, 8),
+        group_quant_case(fp16, 64, 9, 10, column_major=True),
+        group_quant_case(fp32, 16, 5, 7, column_major=True, ue8m0=True),
+        group_quant_case(bf16, 128, 7, 7, ue8m0=True),
+        group_quant_case(bf16, 32, 7, 8, column_major=True, ue8m0=True, offset=3),
+        group_quant_case(bf16, 16, 3, 8, specials=True, eps=0.0),
+    ]
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+GQ_DTYPES = [bf16, fp32]  # x group size 16 x the four scale layouts: 8 of the builds above
+GQ_GROUP = 16
+GQ_HIDDEN = 48  # 3 groups: the packed UE8M0 word has a padding byte
+GQ_LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@st.composite
+def group_quant_params(draw):
+    return dict(
+        dtype=draw(st.sampled_from(GQ_DTYPES)),
+        tokens=draw(st.sampled_from([0, 1, 3, 7])),
+        x_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
+        out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        layout=draw(st.sampled_from(GQ_LAYOUTS)),
+        eps=draw(st.sampled_from([1e-10, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def group_quant_args(a: Arena, p: dict) -> dict:
+    x, out = quant.quant_x_out(a, p, GQ_HIDDEN)
+    return dict(x=x, group_size=GQ_GROUP, column_major_scales=p["layout"][0], scale_ue8m0=p["layout"][1],
+                eps=p["eps"], out=out)
+
+
+_GQ_X_BAD, _GQ_OUT_BAD = quant.quant_io_bad(GQ_HIDDEN, [-16, 1, 16], (3, 16))
+GROUP_QUANT_BAD = _GQ_X_BAD + [
+    Bad("x", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(), (GQ_HIDDEN,), (p["tokens"], 1, GQ_HIDDEN)])),
+                                 p["dtype"])),
+    Bad("x", "hidden size not a multiple of group_size", ValueError,
+        lambda a, p, d: a.tensor((max(p["tokens"], 1), d.draw(st.sampled_from([8, 40, 50]))), p["dtype"])),
+    Bad("group_size", "no kernel", ValueError, lambda a, p, d: d.draw(st.sampled_from([0, 8, 12, 96, 256, -16]))),
+    Bad("group_size", "not an int", TypeError, lambda a, p, d: d.draw(st.sampled_from([16.0, "16", None, True]))),
+    Bad("column_major_scales", "not a bool", TypeError,
+        lambda a, p, d: d.draw(st.sampled_from([1, 0, "yes", None, 1.0]))),
+    Bad("scale_ue8m0", "not a bool", TypeError, lambda a, p, d: d.draw(st.sampled_from([1, 0, "yes", None, 1.0]))),
+    Bad("eps", "negative or not finite", ValueError,
+        lambda a, p, d: d.draw(st.sampled_from([-1e-10, -1.0, float("nan"), float("inf"), 1e300]))),
+    Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-10", None, [1e-10], 1j]))),
+] + _GQ_OUT_BAD
+
+#: The kinds torch's own schema checks refuse before kernkit could name the argument.
+GQ_NOT_VIA_CUSTOM_OP = ("meta tensor", "not a tensor", "negative bit", "not an int", "not a bool", "not a number")
+
+
+@pytest.mark.parametrize("bad", GROUP_QUANT_BAD, ids=bad_id)
+@invalid_settings(GROUP_QUANT_BAD)
+@given(p=group_quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_per_token_group_quant_fp8_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    args = quant.quant_bad_args(a, p, bad, d, group_quant_args)
+    if via == "custom op" and bad.what not in GQ_NOT_VIA_CUSTOM_OP:
+        flags = dict(column_major_scales=args["column_major_scales"], scale_ue8m0=args["scale_ue8m0"], eps=args["eps"])
+        if args["out"] is None:
+            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8(args["x"], args["group_size"], **flags),
+                          a, bad)
+        else:
+            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8_out(args["out"], args["x"],
+                                                                                  args["group_size"], **flags), a, bad)
+    else:
+        check_invalid(lambda: ops.per_token_group_quant_fp8(**args), a, bad)
+
+
+@VALID
+@given(p=group_quant_params())
+def test_per_token_group_quant_fp8_valid_views_give_the_reference(p):
+    """Misaligned starts and row strides (the scalar variant), repeated rows (stride 0: x is only
+    read), no rows, a misaligned ``out``, every scale layout, eps 0: the reference's bytes and
+    scale strides, and nothing else written."""
+    a = Arena.seeded(p["seed"])
+    args = group_quant_args(a, p)
+    want = a.copies()
+    want_q, want_scales = ref_per_token_group_quant_fp8(args["x"], GQ_GROUP, *p["layout"], p["eps"])
+    if args["out"] is not None:
+        a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
+    q, scales = ops.per_token_group_quant_fp8(**args)
+    if args["out"] is not None:
+        assert q is args["out"]
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    assert p["tokens"] == 0 or scales.stride() == want_scales.stride()
+    assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))
+    assert a.same_as(want)

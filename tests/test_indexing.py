@@ -6,11 +6,34 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kernkit.testing import oracle
 from kernkit import ops
-from kernkit.testing.oracle import rand_bits, same_bytes
 from kernkit.ops.embedding import indexing_spec
+from kernkit.testing import oracle
+from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    HUGE,
+    SHARED,
+    UNSUPPORTED_ROW_DTYPES,
+    VALID,
+    Arena,
+    Bad,
+    bad_id,
+    check_invalid,
+    check_unallocatable,
+    claims_huge,
+    invalid_settings,
+    meta,
+    neg_bit,
+    other_same_size,
+    requires_grad,
+)
+from kernkit.testing.oracle import rand_bits, same_bytes
+
+bf16, fp16, fp32, fp8, i32, i64 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.int32, torch.int64
 
 VOCAB = 50
 
@@ -164,3 +187,207 @@ def test_launcher_vocab_range():
     with pytest.raises(TypeError, match=r"^'ids': "):
         fn(out, weight, ids.float(), (1,))
 
+
+# ----- the kernel-hash cases (python -m kernkit.testing.hashes)
+
+
+def indexing_case(dtype: torch.dtype, hidden: int, n: int, id_dtype: torch.dtype, *, rows: int = 300,
+                  vocab_range: tuple[int, int] | None = None, strided_weight: bool = False,
+                  out_view: bool = False) -> Case:
+    """``indexing`` from a ``[rows, hidden]`` table. ``vocab_range``: a shard ``(start, length)``
+    (``length <= rows``: the rows past it are padding that must never be read);
+    ``strided_weight``: the table is a column slice of a wider one; ``out_view``: ``out=`` is a
+    strided slice of a wider buffer (hashed whole)."""
+    name = (f"indexing/{SHORT[dtype]}-h{hidden}-{SHORT[id_dtype]}-n{n}"
+            + (f"-shard{vocab_range[0]}+{vocab_range[1]}" if vocab_range else "")
+            + ("-strided_weight" if strided_weight else "") + ("-out_view" if out_view else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        start, length = vocab_range if vocab_range else (0, rows)
+        table = rand_bits((rows, 3 * hidden if strided_weight else hidden), dtype, gen)
+        ids = torch.randint(max(0, start - 40), start + length + 40, (n,), generator=gen, dtype=torch.int64)
+        extremes = [-1, start - 1, start + length, rows, 2**31 - 1, -(2**31)]
+        if id_dtype == torch.int64:
+            extremes += [2**32 + start + 1, 2**40]  # low 32 bits inside the range
+        for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes[: n // 2 if n < 16 else None]):
+            ids[p] = value
+        ids = ids.to(id_dtype)
+        buf = rand_bits((n, 3 * hidden), dtype, gen) if out_view else None
+
+        def weight_of(t: torch.Tensor) -> torch.Tensor:
+            return t[:, hidden : 2 * hidden] if strided_weight else t
+
+        if out_view:
+            want = buf.clone()
+            ref_indexing(want[:, hidden : 2 * hidden], weight_of(table), ids, start, length)
+        else:
+            want = torch.empty((n, hidden), dtype=dtype)
+            ref_indexing(want, weight_of(table), ids, start, length)
+
+        table_d = to_device(table, device)
+        if out_view:
+            buf_d = to_device(buf, device)
+            out_d = buf_d[:, hidden : 2 * hidden]
+            res = ops.indexing(weight_of(table_d), to_device(ids, device), out=out_d, vocab_range=vocab_range)
+            if res.data_ptr() != out_d.data_ptr():
+                raise AssertionError(f"{name}: indexing(out=...) did not return out")
+            got = buf_d.cpu()
+        else:
+            got = ops.indexing(weight_of(table_d), to_device(ids, device), vocab_range=vocab_range).cpu()
+        return {"out": (got, want)}
+
+    return Case(name, "embedding/indexing.cuh", run)
+
+
+def hash_cases() -> list[Case]:
+    """The kernel-hash cases: full tables and vocabulary shards, rows of 1152 B, 400 B and 6 B."""
+    return [
+        indexing_case(bf16, 576, 0, i64),
+        indexing_case(bf16, 576, 1, i32),
+        indexing_case(bf16, 576, 7, i64),
+        indexing_case(bf16, 576, 513, i64, out_view=True),
+        indexing_case(fp16, 576, 513, i32, rows=260, vocab_range=(250, 200), strided_weight=True),
+        indexing_case(fp16, 576, 7, i64, rows=200, vocab_range=(1000, 200), out_view=True),
+        indexing_case(fp32, 100, 7, i32),
+        indexing_case(fp32, 100, 513, i64, rows=120, vocab_range=(0, 100), out_view=True),
+        indexing_case(fp8, 6, 7, i64),
+        indexing_case(fp8, 6, 513, i32, rows=90, vocab_range=(37, 80), strided_weight=True, out_view=True),
+    ]
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+HIDDEN = 32  # 64-byte rows of 2-byte elements: one specialization
+
+
+@st.composite
+def indexing_params(draw):
+    rows_ = draw(st.sampled_from([6, 40]))
+    shard = draw(st.booleans())
+    return dict(
+        dtype=draw(st.sampled_from([bf16, fp16])),
+        rows=rows_,
+        n=draw(st.sampled_from([0, 1, 2, 5, 9])),
+        id_dtype=draw(st.sampled_from([i32, i64])),
+        weight_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
+        huge_table=draw(st.booleans()),
+        out=draw(st.sampled_from([None, "contiguous", "offset", "padded"])),
+        vocab_range=(draw(st.sampled_from([0, 3, 1000])), draw(st.integers(0, rows_))) if shard else None,
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def indexing_args(a: Arena, p: dict) -> dict:
+    n = p["n"]
+    huge = p["weight_layout"] == "expand" and p["huge_table"]
+    weight = a.tensor((HUGE if huge else p["rows"], HIDDEN), p["dtype"], p["weight_layout"])
+    start, length = p["vocab_range"] or (0, weight.shape[0])
+    pool = [start, start + length - 1, start - 1, start + length, -1, 2**31 - 1, -(2**31), start + 2, HUGE - 1,
+            HUGE]
+    ids = a.tensor((n,), p["id_dtype"])
+    values = [pool[int(torch.randint(0, len(pool), (), generator=a.gen))] for _ in range(n)]
+    if p["id_dtype"] == i32:
+        values = [v if -(2**31) <= v < 2**31 else -1 for v in values]
+    ids.copy_(torch.tensor(values, dtype=p["id_dtype"]))
+    a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    out = None if p["out"] is None else a.tensor((n, HIDDEN), p["dtype"], p["out"])
+    return dict(weight=weight, ids=ids, out=out, vocab_range=p["vocab_range"])
+
+
+INDEXING_BAD = [
+    Bad("weight", "unsupported dtype", TypeError,
+        lambda a, p, d: a.tensor((p["rows"], HIDDEN), d.draw(st.sampled_from(UNSUPPORTED_ROW_DTYPES)))),
+    Bad("weight", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["rows"] * HIDDEN,), (p["rows"], 2, 16), ()])),
+                                 p["dtype"])),
+    Bad("weight", "zero-width rows", ValueError, lambda a, p, d: a.tensor((p["rows"], 0), p["dtype"])),
+    Bad("weight", "non-contiguous rows", ValueError,
+        lambda a, p, d: a.tensor((p["rows"], HIDDEN), p["dtype"], "step2")),
+    Bad("weight", "meta tensor", ValueError, lambda a, p, d: meta((p["rows"], HIDDEN), p["dtype"])),
+    Bad("weight", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0] * HIDDEN]]))),
+    Bad("ids", "dtype", TypeError, lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
+    Bad("ids", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 1), (1, p["n"]), ()])), p["id_dtype"])),
+    Bad("ids", "non-contiguous", ValueError, lambda a, p, d: a.tensor((max(p["n"], 2),), p["id_dtype"], "step2")),
+    Bad("ids", "stride 0 (expand, maybe 2**40 long)", ValueError,
+        lambda a, p, d: a.tensor((d.draw(st.sampled_from([max(p["n"], 2), HUGE])),), p["id_dtype"], "expand")),
+    Bad("ids", "meta tensor", ValueError, lambda a, p, d: meta((p["n"],), p["id_dtype"])),
+    Bad("ids", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [0, 1], 2]))),
+    Bad("out", "dtype", TypeError,
+        lambda a, p, d: a.tensor((p["n"], HIDDEN), d.draw(st.sampled_from(
+            [fp32, other_same_size(p["dtype"]), torch.int16, torch.bool])))),
+    Bad("out", "rows differ from ids", ValueError, lambda a, p, d: a.tensor((p["n"] + 1, HIDDEN), p["dtype"])),
+    Bad("out", "hidden differs", ValueError,
+        lambda a, p, d: a.tensor((p["n"], d.draw(st.sampled_from([16, 64]))), p["dtype"])),
+    Bad("out", "3-d", ValueError, lambda a, p, d: a.tensor((p["n"], 2, 16), p["dtype"])),
+    Bad("out", "non-contiguous rows", ValueError, lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"], "step2")),
+    Bad("out", "overlapping rows (expand)", ValueError,
+        lambda a, p, d: a.tensor((max(p["n"], 2), HIDDEN), p["dtype"], "expand")),
+    Bad("out", "meta tensor", ValueError, lambda a, p, d: meta((p["n"], HIDDEN), p["dtype"])),
+    Bad("out", "not a tensor", TypeError, lambda a, p, d: [[0.0] * HIDDEN]),
+    Bad("weight", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["rows"], HIDDEN), p["dtype"]))),
+    Bad("ids", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"],), p["id_dtype"]))),
+    Bad("out", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"]))),
+    Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"]))),
+    Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference((p["n"], HIDDEN), p["dtype"])),
+    Bad("out", f"{SHARED}: rows of weight", ValueError,
+        lambda a, p, d: a.alias(p["args"]["weight"], (p["n"], HIDDEN), p["dtype"], d.draw(st.sampled_from([0, 1, 40])))),
+    Bad("ids", f"{SHARED}: bytes of out", ValueError, lambda a, p, d: a.alias(p["args"]["out"], (p["n"],), p["id_dtype"])),
+    Bad("vocab_range", "length beyond the table", ValueError,
+        lambda a, p, d: (d.draw(st.sampled_from([0, 5])), p["rows"] + d.draw(st.sampled_from([1, 1000])))),
+    Bad("vocab_range", "negative", ValueError,
+        lambda a, p, d: d.draw(st.sampled_from([(-1, 2), (0, -1), (-(2**40), 1)]))),
+    Bad("vocab_range", "not a pair", ValueError, lambda a, p, d: d.draw(st.sampled_from([(0, 1, 2), (3,), ()]))),
+    Bad("vocab_range", "not integers", TypeError, lambda a, p, d: d.draw(st.sampled_from([(0.5, 2), (0, "2")]))),
+    Bad("vocab_range", "beyond int64", TypeError, lambda a, p, d: d.draw(st.sampled_from([(2**63, 1), (0, -2**64)]))),
+]
+
+
+@pytest.mark.parametrize("bad", INDEXING_BAD, ids=bad_id)
+@invalid_settings(INDEXING_BAD)
+@given(p=indexing_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_indexing_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.arg == "vocab_range":
+        p = dict(p, huge_table=False)  # so that rows + 1 is beyond the table
+    if bad.what.startswith(SHARED):  # rows of a real table to share, and at least one of them
+        p = dict(p, n=min(max(p["n"], 1), 4), weight_layout="contiguous", huge_table=False)
+    args = indexing_args(a, p)
+    if bad.arg in ("out", "ids") and args["out"] is None:
+        args["out"] = a.tensor((p["n"], HIDDEN), p["dtype"])  # placeholder, or what ids shares
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    if bad.arg == "out" and bad.what == "overlapping rows (expand)":
+        args["ids"] = a.tensor((args["out"].shape[0],), p["id_dtype"])
+    if args["out"] is None and claims_huge(args["ids"]):
+        check_unallocatable(lambda: ops.indexing(**args), a)
+    elif via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a pair", "not integers",
+                                                 "beyond int64", "negative bit"):
+        vr = None if args["vocab_range"] is None else list(args["vocab_range"])
+        if args["out"] is None:
+            check_invalid(lambda: torch.ops.kernkit.indexing(args["weight"], args["ids"], vr), a, bad)
+        else:
+            check_invalid(lambda: torch.ops.kernkit.indexing_out(args["out"], args["weight"], args["ids"], vr), a, bad)
+    else:
+        check_invalid(lambda: ops.indexing(**args), a, bad)
+
+
+@VALID
+@given(p=indexing_params())
+def test_indexing_valid_views_give_the_reference_bytes(p):
+    """Misaligned and padded tables and outputs, a table expanded to 2**40 rows with stride 0,
+    shards, out-of-range ids, n == 0: the result (and every buffer) matches the reference."""
+    a = Arena.seeded(p["seed"])
+    args = indexing_args(a, p)
+    want = a.copies()
+    start, length = p["vocab_range"] or (0, args["weight"].shape[0])
+    if args["out"] is None:
+        want_out = torch.empty(p["n"], HIDDEN, dtype=p["dtype"])
+    else:
+        want_out = a.twin(args["out"], want)
+    ref_indexing(want_out, a.twin(args["weight"], want), args["ids"], start, length)
+    got = ops.indexing(**args)
+    if args["out"] is not None:
+        assert got is args["out"]
+    assert torch.equal(got.contiguous().view(torch.uint8), want_out.contiguous().view(torch.uint8))
+    assert a.same_as(want)

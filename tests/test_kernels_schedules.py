@@ -8,6 +8,7 @@ The shapes are those of kernkit/testing/hashes.py, so both files share their bui
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,8 +16,11 @@ import torch.nn.functional as F
 
 from kernkit import ops
 from kernkit.testing import hashes as kh
-from kernkit.testing.oracle import rand_bits
-from test_kernel_hashes import HASH_FILE
+from kernkit.testing.oracle import op_tests, rand_bits
+
+HASH_FILE = Path(__file__).resolve().parent / "data" / "kernel_hashes.json"
+scale_tests = op_tests("scale")
+store = op_tests("store_cache")
 
 
 SEEDS = ["0", "1", "2"]
@@ -65,7 +69,7 @@ def test_store_cache(seed, dtype, row, index_dtype, fused, n):
         k, v = qkv[:, 1], qkv[:, 2]
     else:
         k, v = rand_bits((n, *row), dtype, gen), rand_bits((n, *row), dtype, gen)
-    idx = kh.make_indices(n, POOL, index_dtype, gen)
+    idx = store.case_indices(n, POOL, index_dtype, gen)
     assert ((idx < 0) | (idx >= POOL)).sum() >= 3
     k_before, v_before = k_buf.clone(), v_buf.clone()
 
@@ -84,7 +88,7 @@ def test_store_cache(seed, dtype, row, index_dtype, fused, n):
 def test_store_cache_only_out_of_range_indices_writes_nothing(seed):
     gen = torch.Generator().manual_seed(seed)
     kc, vc = rand_bits((POOL, 1, 576), bf16, gen), rand_bits((POOL, 1, 576), bf16, gen)
-    bad = torch.tensor(kh.bad_indices(POOL, i64), dtype=i64)
+    bad = torch.tensor(store.bad_indices(POOL, i64), dtype=i64)
     k, v = rand_bits((bad.shape[0], 1, 576), bf16, gen), rand_bits((bad.shape[0], 1, 576), bf16, gen)
     kc0, vc0 = kc.clone(), vc.clone()
     ops.store_cache(kc, vc, bad, k, v)
@@ -127,7 +131,7 @@ def test_indexing(seed, dtype, hidden, rows, vocab_range, id_dtype, strided, n):
 @pytest.mark.parametrize("n", [7, 4099])
 def test_scale(seed, dtype, n):
     gen = torch.Generator().manual_seed(1000 * seed + n)
-    base = kh.scale_input(dtype, n + 1, gen)
+    base = scale_tests.scale_input(dtype, n + 1, gen)
     for x in (base[:n], base[1:]):  # aligned (vector path) and misaligned (scalar path)
         for factor in (1.7, -0.3, 1e-40):
             want = (x.float() * torch.tensor(factor, dtype=torch.float32)).to(dtype)

@@ -15,10 +15,26 @@ from fractions import Fraction
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kernkit.testing import oracle
+from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
+from kernkit.testing import oracle
+from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
+from kernkit.testing.invalid import (
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    bad_id,
+    check_invalid,
+    invalid_settings,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -477,3 +493,269 @@ def test_specializations_describe_the_builds():
         ops["kernkit::rmsnorm"].specializations(dtypes=[bf16], hidden_size=100)
     with pytest.raises(TypeError, match="unsupported dtype"):
         ops["kernkit::rmsnorm"].specializations(dtypes=[torch.int8], hidden_size=128)
+
+
+# ----- the kernel-hash cases (python -m kernkit.testing.hashes)
+
+
+def norm_input(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Normal rows, each of its own magnitude (2**-20 to 2**20; float16: 2**-10 to 2**10, its
+    range), zeros of both signs, and where there are rows enough a zero row (whose result is 0).
+    No NaN and no infinity (a NaN's payload is not the same on both sides)."""
+    rows = 1
+    for n in shape[:-1]:
+        rows *= n
+    span = 10 if dtype == torch.float16 else 20
+    mag = torch.exp2(torch.randint(-span, span + 1, (rows, 1), generator=gen).float())
+    x = (torch.randn(rows, shape[-1], generator=gen) * mag).to(dtype)
+    if not torch.isfinite(x).all():
+        raise AssertionError("rmsnorm inputs must be finite")
+    if rows > 2:
+        x[1] = 0.0
+        x[2, 0], x[2, -1] = 0.0, -0.0
+    return x.view(shape)
+
+
+def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: bool = False, row_pad: int = 0,
+              eps: float = 1e-6) -> Case:
+    """``rmsnorm`` (or ``fused_add_rmsnorm``, ``fused``) of ``[*lead, hidden]`` rows. ``row_pad``:
+    every tensor the op reads or writes is ``[..., :hidden]`` of a buffer ``hidden + row_pad``
+    wide (strided rows; the buffers are hashed whole, the padding must stay as it was)."""
+    shape = "x".join(map(str, lead)) or "1d"
+    name = (f"{'fused_add_rmsnorm' if fused else 'rmsnorm'}/{SHORT[dtype]}-h{hidden}-{shape}-eps{eps!r}"
+            + (f"-pad{row_pad}" if row_pad else ""))
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        width = hidden + row_pad
+        weight = torch.randn(hidden, generator=gen).to(dtype)
+        bufs = {"x": norm_input(dtype, (*lead, width), gen)}
+        bufs["residual" if fused else "out"] = norm_input(dtype, (*lead, width), gen)
+
+        def views(b: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {key: t[..., :hidden] for key, t in b.items()}
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        w_d = to_device(weight, device)
+        r, d = views(ref), views(dev)
+        if fused:
+            ref_fused_add_rmsnorm(r["x"], r["residual"], weight, eps)
+            ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps)
+        elif row_pad:
+            ref_rmsnorm(r["out"], r["x"], weight, eps)
+            if ops.rmsnorm(d["x"], w_d, eps, out=d["out"]).data_ptr() != d["out"].data_ptr():
+                raise AssertionError(f"{name}: rmsnorm(out=...) did not return out")
+        else:  # a new output
+            want = torch.empty((*lead, hidden), dtype=dtype)
+            ref_rmsnorm(want, r["x"], weight, eps)
+            got = ops.rmsnorm(d["x"], w_d, eps).cpu()
+            return {"out": (got, want), "x": (dev["x"].cpu(), ref["x"])}
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "norm/rmsnorm.cuh", run)
+
+
+def hash_cases() -> list[Case]:
+    """Four builds: bf16 x 4096 (a block of 128 threads per row), fp16 x 5120 (160 threads),
+    fp32 x 1000 (64 threads whose last vectors are missing), fp16 x 128 (groups of 4 lanes, 32
+    rows per block)."""
+    return [
+        norm_case(bf16, 4096, (0,)),
+        norm_case(bf16, 4096, ()),
+        norm_case(bf16, 4096, (33,)),
+        norm_case(bf16, 4096, (7,), row_pad=512),
+        norm_case(bf16, 4096, (2, 9), fused=True),
+        norm_case(bf16, 4096, (7,), fused=True, row_pad=8, eps=1e-5),
+        norm_case(fp16, 5120, (9,)),
+        norm_case(fp16, 5120, (5,), fused=True),
+        norm_case(fp32, 1000, (17,), eps=1e-2),
+        norm_case(fp32, 1000, (7,), fused=True, row_pad=4),
+        norm_case(fp16, 128, (513,)),
+        norm_case(fp16, 128, (19, 8), row_pad=64),
+        norm_case(fp16, 128, (513,), fused=True, row_pad=8),
+    ]
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+NORM_HIDDEN = 128  # fp16 x 128: one build (groups of 4 lanes); the bad dtypes never reach a build
+
+
+@st.composite
+def norm_params(draw):
+    return dict(
+        lead=draw(st.sampled_from([(0,), (1,), (3,), (2, 5), ()])),
+        x_layout=draw(st.sampled_from(["contiguous", "wide"])),
+        other_layout=draw(st.sampled_from(["contiguous", "wide"])),  # out or residual
+        has_out=draw(st.booleans()),
+        eps=draw(st.sampled_from([1e-6, 1e-2, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def norm_rows(a: Arena, lead: tuple, layout: str, dtype: torch.dtype = fp16, values: bool = True) -> torch.Tensor:
+    """A ``[*lead, NORM_HIDDEN]`` tensor: contiguous, or (``wide``) the first half of the rows of
+    a tensor twice as wide (16-byte aligned strided rows). With ``values`` it holds normal
+    numbers (no NaN bit patterns) and the arena remembers them."""
+    if layout == "wide":
+        t = a.tensor((*lead, 2 * NORM_HIDDEN), dtype)[..., :NORM_HIDDEN]
+    else:
+        t = a.tensor((*lead, NORM_HIDDEN), dtype)
+    if values and dtype.is_floating_point and dtype.itemsize > 1:
+        t.copy_(torch.randn(t.shape, generator=a.gen).to(dtype))
+        a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+    return t
+
+
+def norm_args(a: Arena, p: dict, fused: bool) -> dict:
+    x = norm_rows(a, p["lead"], p["x_layout"])
+    weight = norm_rows(a, (), "contiguous")
+    if fused:
+        return dict(x=x, residual=norm_rows(a, p["lead"], p["other_layout"]), weight=weight, eps=p["eps"])
+    out = norm_rows(a, p["lead"], p["other_layout"], values=False) if p["has_out"] else None
+    return dict(x=x, weight=weight, eps=p["eps"], out=out)
+
+
+def _norm_shape(p):
+    return (*p["lead"], NORM_HIDDEN)
+
+
+def _norm_bad(fused: bool) -> list[Bad]:
+    H = NORM_HIDDEN
+    out: list[Bad] = [
+        Bad("x", "unsupported dtype", TypeError,
+            lambda a, p, d: a.tensor(_norm_shape(p), d.draw(st.sampled_from(
+                [torch.int32, torch.int16, torch.bool, torch.float64, torch.float8_e4m3fn])))),
+        Bad("x", "hidden without a kernel", ValueError,
+            lambda a, p, d: a.tensor((*p["lead"], d.draw(st.sampled_from([100, 6, 0, 2**18]))), fp16)),
+        Bad("x", "0-d", ValueError, lambda a, p, d: a.tensor((), fp16)),
+        Bad("x", "strided last dimension", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "step2")),
+        Bad("x", "misaligned start", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "offset")),
+        Bad("x", "misaligned row stride", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "padded")),
+        Bad("x", "leading dimensions do not collapse", ValueError,
+            lambda a, p, d: a.tensor((3, 2, H), fp16).transpose(0, 1)),
+        Bad("x", "meta tensor", ValueError, lambda a, p, d: meta(_norm_shape(p), fp16)),
+        Bad("x", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [[1.0] * H], 2.0]))),
+        Bad("x", "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, p["lead"], p["x_layout"]))),
+        Bad("weight", "dtype", TypeError,
+            lambda a, p, d: a.tensor((H,), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad("weight", "shape", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(H // 2,), (H + 8,), (1, H), (2, H), ()])), fp16)),
+        Bad("weight", "non-contiguous", ValueError, lambda a, p, d: a.tensor((H,), fp16, "step2")),
+        Bad("weight", "misaligned start", ValueError, lambda a, p, d: a.tensor((H,), fp16, "offset")),
+        Bad("weight", "meta tensor", ValueError, lambda a, p, d: meta((H,), fp16)),
+        Bad("weight", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1.0] * H, 1.0]))),
+        Bad("weight", "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, (), "contiguous"))),
+        Bad("eps", "negative or not finite", ValueError,
+            lambda a, p, d: d.draw(st.sampled_from([-1e-6, -1.0, float("nan"), float("inf"), 1e300]))),
+        Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-6", None, [1e-6], 1j]))),
+    ]
+    other = "residual" if fused else "out"
+    written = "x" if fused else "out"  # weight may share bytes with what is only read
+    out.append(Bad("weight", f"{SHARED}: bytes of {written}", ValueError,
+                   lambda a, p, d: a.alias(p["args"][written], (H,), fp16, d.draw(st.sampled_from([0, 8, 64])))))
+    out += [
+        Bad(other, "dtype", TypeError,
+            lambda a, p, d: a.tensor(_norm_shape(p), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad(other, "shape differs", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([
+                (4, 7, H), (H,) if p["lead"] != () else (2, H), (1, 3, H) if p["lead"] != (1, 3) else (3, H)])), fp16)),
+        Bad(other, "overlapping rows (expand)", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "expand")),
+        Bad(other, "strided last dimension", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "step2")),
+        Bad(other, "misaligned start", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "offset")),
+        Bad(other, "meta tensor", ValueError, lambda a, p, d: meta(_norm_shape(p), fp16)),
+        Bad(other, "not a tensor", TypeError, lambda a, p, d: [[0.0] * H]),
+        Bad(other, "negative bit", ValueError, neg_bit(lambda a, p, d: norm_rows(a, p["lead"], "contiguous"))),
+        Bad(other, "requires grad", RuntimeError, requires_grad(lambda a, p, d: norm_rows(a, p["lead"], "contiguous"))),
+        Bad(other, "inference tensor", RuntimeError, lambda a, p, d: a.inference(_norm_shape(p), fp16)),
+        # A shift of 0 is rmsnorm's exact in-place form where x is contiguous, which is accepted.
+        Bad(other, f"{SHARED}: x shifted", ValueError,
+            lambda a, p, d: a.alias(p["args"]["x"], _norm_shape(p), fp16,
+                                    d.draw(st.sampled_from([0, 8, -8, 24] if fused else [8, -8, 24])))),
+    ]
+    if fused:  # x is written too
+        out += [
+            Bad("x", "overlapping rows (expand)", ValueError, lambda a, p, d: a.tensor((3, H), fp16, "expand")),
+            Bad("x", "requires grad", RuntimeError,
+                requires_grad(lambda a, p, d: norm_rows(a, p["lead"], p["x_layout"]))),
+            Bad("x", "inference tensor", RuntimeError, lambda a, p, d: a.inference(_norm_shape(p), fp16)),
+        ]
+    return out
+
+
+RMSNORM_BAD = _norm_bad(False)
+FUSED_NORM_BAD = _norm_bad(True)
+
+#: The bad kinds that replace x with a tensor of another shape: the other row tensor follows it.
+_NORM_RESHAPING = ("strided last dimension", "misaligned start", "misaligned row stride",
+                   "leading dimensions do not collapse", "overlapping rows (expand)")
+
+
+def _norm_call(args: dict, fused: bool, bad: Bad, a: Arena, via: str) -> None:
+    custom = via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number", "negative bit")
+    if fused:
+        op = torch.ops.kernkit.fused_add_rmsnorm if custom else ops.fused_add_rmsnorm
+        check_invalid(lambda: op(args["x"], args["residual"], args["weight"], args["eps"]), a, bad)
+    elif not custom:
+        check_invalid(lambda: ops.rmsnorm(**args), a, bad)
+    elif args["out"] is None:
+        check_invalid(lambda: torch.ops.kernkit.rmsnorm(args["x"], args["weight"], args["eps"]), a, bad)
+    else:
+        check_invalid(lambda: torch.ops.kernkit.rmsnorm_out(args["out"], args["x"], args["weight"], args["eps"]), a,
+                      bad)
+
+
+def _norm_invalid(bad: Bad, p: dict, via: str, d, fused: bool) -> None:
+    a = Arena.seeded(p["seed"])
+    other = "residual" if fused else "out"
+    if bad.what.startswith(SHARED):
+        p = dict(p, lead=(3,), x_layout="contiguous", other_layout="contiguous", has_out=True)  # rows to share
+    if bad.arg == other or (not fused and bad.arg == "out"):
+        p = dict(p, has_out=True)
+    args = norm_args(a, p, fused)
+    value = bad.make(a, dict(p, args=args), d)
+    if bad.arg == "x" and bad.what in _NORM_RESHAPING:
+        args[other] = a.tensor(value.shape, fp16) if fused or args["out"] is not None else None
+    if bad.arg == other and bad.what in _NORM_RESHAPING:
+        args["x"] = a.tensor(value.shape, fp16)  # x of the same shape: only the layout is wrong
+    args[bad.arg] = value
+    _norm_call(args, fused, bad, a, via)
+
+
+@pytest.mark.parametrize("bad", RMSNORM_BAD, ids=bad_id)
+@invalid_settings(RMSNORM_BAD)
+@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_rmsnorm_rejects_invalid_calls(bad, p, via, d):
+    _norm_invalid(bad, p, via, d, False)
+
+
+@pytest.mark.parametrize("bad", FUSED_NORM_BAD, ids=bad_id)
+@invalid_settings(FUSED_NORM_BAD)
+@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_fused_add_rmsnorm_rejects_invalid_calls(bad, p, via, d):
+    _norm_invalid(bad, p, via, d, True)
+
+
+@VALID
+@given(p=norm_params(), fused=st.booleans())
+def test_norm_valid_views_give_the_reference_bytes(p, fused):
+    """Strided (16-byte aligned) rows in and out, 1-d, empty and 3-d inputs, eps of several
+    sizes: the bytes of the kernel-order reference (``ref_rmsnorm``), every other byte of
+    every buffer (row padding, guards) unchanged."""
+    a = Arena.seeded(p["seed"])
+    args = norm_args(a, p, fused)
+    want = a.copies()
+    tw = {k: a.twin(v, want) for k, v in args.items()}
+    if fused:
+        ref_fused_add_rmsnorm(tw["x"], tw["residual"], tw["weight"], p["eps"])
+        assert ops.fused_add_rmsnorm(**args) is None
+    else:
+        expect = tw["out"] if tw["out"] is not None else torch.empty(_norm_shape(p), dtype=fp16)
+        ref_rmsnorm(expect, tw["x"], tw["weight"], p["eps"])
+        got = ops.rmsnorm(**args)
+        assert got.shape == expect.shape
+        if args["out"] is not None:
+            assert got is args["out"]
+        assert torch.equal(got.contiguous().view(torch.uint8), expect.contiguous().view(torch.uint8))
+    assert a.same_as(want)

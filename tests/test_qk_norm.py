@@ -12,12 +12,18 @@ import re
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kernkit.testing.oracle import op_tests
+from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import qk_norm, registered_ops, rmsnorm
+from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
+from kernkit.testing.invalid import SHARED, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit
+from kernkit.testing.oracle import op_tests
 
 norm = op_tests("norm")
+rope = op_tests("rope")
 
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -188,3 +194,152 @@ def test_rmsnorm_and_qk_norm_agree_within_the_bound():
     ref = norm.rmsnorm64(x, w, 1e-6)
     for got in (torch.cat([q, k], 1), rmsnorm(x, w)):
         assert ((got.double() - ref).abs() <= norm.rmsnorm_bound(ref, bf16)).all()
+
+
+# ----- the kernel-hash cases (python -m kernkit.testing.hashes)
+
+
+def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k_heads: int, *,
+                 k_2d: bool = False) -> Case:
+    """``qk_norm`` of q and k sliced from one fused QKV buffer (3-d q, 3-d or 2-d k); the whole
+    buffer is hashed, so v's columns must stay as they were."""
+    name = f"qk_norm/{SHORT[dtype]}-d{head_dim}-t{tokens}-q{q_heads}k{k_heads}" + ("-k2d" if k_2d else "")
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        width = (q_heads + 2 * k_heads) * head_dim
+        qkv = norm.norm_input(dtype, (tokens * (q_heads + 2 * k_heads), head_dim), gen).view(tokens, width)
+        wq, wk = (torch.randn(head_dim, generator=gen).to(dtype) for _ in range(2))
+
+        def views(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            k = b[:, q_heads * head_dim:(q_heads + k_heads) * head_dim]
+            return b[:, :q_heads * head_dim].view(tokens, q_heads, head_dim), (
+                k if k_2d else k.view(tokens, k_heads, head_dim))
+
+        ref, dev = qkv.clone(), to_device(qkv, device)
+        ref_qk_norm(*views(ref), wq, wk, 1e-6)
+        ops.qk_norm(*views(dev), to_device(wq, device), to_device(wk, device), 1e-6)
+        return {"qkv": (dev.cpu(), ref)}
+
+    return Case(name, "norm/qk_norm.cuh", run)
+
+
+def hash_cases() -> list[Case]:
+    """bf16 x 128 (8 lanes a head), fp16 x 64 (4 lanes), fp32 x 256 (16 lanes), bf16 x 1024 (a
+    warp of 4 vectors a lane)."""
+    return [
+        qk_norm_case(bf16, 128, 0, 8, 1),
+        qk_norm_case(bf16, 128, 1, 8, 1),
+        qk_norm_case(bf16, 128, 37, 16, 2, k_2d=True),
+        qk_norm_case(fp16, 64, 9, 4, 4),
+        qk_norm_case(fp32, 256, 5, 3, 1, k_2d=True),
+        qk_norm_case(bf16, 1024, 3, 2, 1),
+    ]
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+QK_DIM = 64  # fp16 x 64: one build; the bad dtypes and head sizes never reach a build
+
+
+@st.composite
+def qk_params(draw):
+    return dict(
+        dtype=fp16, head_dim=QK_DIM,
+        n=draw(st.sampled_from([0, 1, 3, 9])),
+        q_heads=draw(st.sampled_from([1, 2, 3])),
+        k_heads=draw(st.sampled_from([1, 2])),
+        q_rank=draw(st.sampled_from([2, 3])),
+        k_rank=draw(st.sampled_from([2, 3])),
+        fused=draw(st.booleans()),  # q and k slices of one [n, (q_heads + 2 * k_heads) * QK_DIM] tensor
+        eps=draw(st.sampled_from([1e-6, 0.0, 3])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def _qk_heads(a: Arena, p: dict, heads: int, rank: int) -> torch.Tensor:
+    t = a.tensor(rope.heads_shape(p, heads, rank), fp16)
+    return rope.filled(a, t, torch.randn(t.shape, generator=a.gen).to(fp16))
+
+
+def qk_args(a: Arena, p: dict) -> dict:
+    if p["fused"]:
+        qh, kh = p["q_heads"], p["k_heads"]
+        qkv = rope.filled(a, a.tensor((p["n"], (qh + 2 * kh) * QK_DIM), fp16),
+                      torch.randn(p["n"], (qh + 2 * kh) * QK_DIM, generator=a.gen).to(fp16))
+        q, k = qkv[:, :qh * QK_DIM], qkv[:, qh * QK_DIM:(qh + kh) * QK_DIM]
+        q = q if p["q_rank"] == 2 else q.unflatten(1, (qh, QK_DIM))
+        k = k if p["k_rank"] == 2 else k.unflatten(1, (kh, QK_DIM))
+    else:
+        q, k = _qk_heads(a, p, p["q_heads"], p["q_rank"]), _qk_heads(a, p, p["k_heads"], p["k_rank"])
+    weights = [rope.filled(a, a.tensor((QK_DIM,), fp16), torch.randn(QK_DIM, generator=a.gen).to(fp16)) for _ in "qk"]
+    return dict(q=q, k=k, q_weight=weights[0], k_weight=weights[1], eps=p["eps"])
+
+
+def _qk_heads_bad(arg: str) -> list[Bad]:
+    """``rope.heads_bad``, and the 16-byte alignment qk_norm's vectors need (rope takes any)."""
+    return rope.heads_bad(arg) + [
+        Bad(arg, "misaligned", ValueError,
+            lambda a, p, d: a.tensor(rope.heads_shape(p, p[f"{arg}_heads"], p[f"{arg}_rank"], max(p["n"], 2) if arg == "q"
+                                                  else None), fp16, d.draw(st.sampled_from(["offset", "padded"])))),
+    ]
+
+
+def _qk_weight_bad(arg: str) -> list[Bad]:
+    # q_weight's length picks the build: a length without one is refused naming it; a supported
+    # one other than q's head_dim names q (its heads), so k_weight carries the wrong-length kind.
+    lengths = [96, 32, 0] if arg == "q_weight" else [QK_DIM // 2, 2 * QK_DIM]
+    return [
+        Bad(arg, "length", ValueError, lambda a, p, d: a.tensor((d.draw(st.sampled_from(lengths)),), fp16)),
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(1, QK_DIM), (2, QK_DIM)])), fp16)),
+        Bad(arg, "dtype", TypeError,
+            lambda a, p, d: a.tensor((QK_DIM,), d.draw(st.sampled_from([bf16, fp32, torch.int16, torch.bool])))),
+        Bad(arg, "non-contiguous", ValueError, lambda a, p, d: a.tensor((QK_DIM,), fp16, "step2")),
+        Bad(arg, "misaligned start", ValueError, lambda a, p, d: a.tensor((QK_DIM,), fp16, "offset")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta((QK_DIM,), fp16)),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1.0] * QK_DIM, 1.0]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((QK_DIM,), fp16))),
+        Bad(arg, f"{SHARED}: bytes of k", ValueError,
+            lambda a, p, d: a.alias(p["args"]["k"], (QK_DIM,), fp16, d.draw(st.sampled_from([0, 8, 64])))),
+    ]
+
+
+QK_NORM_BAD = _qk_heads_bad("q") + _qk_heads_bad("k") + _qk_weight_bad("q_weight") + _qk_weight_bad("k_weight") + [
+    Bad("k", f"{SHARED}: bytes of q", ValueError,
+        lambda a, p, d: a.alias(p["args"]["q"], rope.heads_shape(p, 1, p["k_rank"]), fp16,
+                                d.draw(st.sampled_from([0, 8, 32])))),  # inside q and its guard bytes
+    Bad("eps", "negative or not finite", ValueError,
+        lambda a, p, d: d.draw(st.sampled_from([-1e-6, -1.0, float("nan"), float("inf"), 1e300]))),
+    Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-6", None, [1e-6], 1j]))),
+]
+
+
+@pytest.mark.parametrize("bad", QK_NORM_BAD, ids=bad_id)
+@invalid_settings(QK_NORM_BAD)
+@given(p=qk_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_qk_norm_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what in ("overlapping heads (expand)", "misaligned") or bad.what.startswith(SHARED):
+        p = dict(p, n=max(p["n"], 2), fused=False)  # rows to overlap or to misalign; own buffers to alias
+    args = qk_args(a, p)
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "not a number", "negative bit"):
+        check_invalid(lambda: torch.ops.kernkit.qk_norm(args["q"], args["k"], args["q_weight"], args["k_weight"],
+                                                        args["eps"]), a, bad)
+    else:
+        check_invalid(lambda: ops.qk_norm(**args), a, bad)
+
+
+@VALID
+@given(p=qk_params())
+def test_qk_norm_valid_views_give_the_reference_bytes(p):
+    """q and k of 2 and 3 dimensions, on their own or sliced from one QKV tensor (whose v columns
+    must stay as they were), n == 0: every buffer matches the reference."""
+    a = Arena.seeded(p["seed"])
+    args = qk_args(a, p)
+    want = a.copies()
+    q, k = a.twin(args["q"], want), a.twin(args["k"], want)
+    ref_qk_norm(q, k, args["q_weight"], args["k_weight"], p["eps"])
+    assert ops.qk_norm(**args) is None
+    assert a.same_as(want)

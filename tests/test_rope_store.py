@@ -12,15 +12,33 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kernkit.testing.oracle import op_tests
+from kernkit import ops
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
+from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    bad_id,
+    check_invalid,
+    invalid_settings,
+    meta,
+    neg_bit,
+    requires_grad,
+)
+from kernkit.testing.oracle import op_tests
 
 rope = op_tests("rope")
 store = op_tests("store_cache")
 
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
+i32, i64 = torch.int32, torch.int64
 
 #: (dtype, head_dim, rot_dim, is_neox): one build each.
 SPECS = [(bf16, 128, 128, True), (fp16, 64, 64, False), (fp32, 64, 32, False), (fp16, 10, 6, True)]
@@ -199,3 +217,194 @@ def test_traced_by_torch_compile_as_one_mutating_op():
     torch._dynamo.reset()
     got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k, v, cache, kc, vc, loc)
     assert all(torch.equal(a, b) for a, b in zip((got_q, got_k, kc, vc), want))
+
+
+# ----- the kernel-hash cases (python -m kernkit.testing.hashes)
+
+
+def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n: int, q_heads: int,
+                    k_heads: int, index_dtype: torch.dtype, *, pool: int = 600, layout: str = "2d") -> Case:
+    """``rotary_embedding_store`` of ``n`` tokens into ``[pool, k_heads * head_dim]`` caches, with
+    out-of-range positions and cache rows mixed in (``case_indices``; the positions in the cache's
+    300 rows). ``layout``: ``2d`` separate q, k and v; ``fused``: q, k and v are column slices of
+    one QKV buffer and the caches ``kv[:, 0]`` and ``kv[:, 1]`` of one ``[pool, 2, k_heads,
+    head_dim]`` buffer (3-d, strided rows), each hashed whole; ``offset``: 3-d q, k and v start one
+    element into their buffers (the scalar variant). The caches start as random finite values."""
+    name = (f"rotary_embedding_store/{SHORT[dtype]}-d{head_dim}-r{rot_dim}-{'neox' if is_neox else 'gptj'}"
+            f"-q{q_heads}k{k_heads}-{SHORT[index_dtype]}-n{n}-{layout}")
+
+    def run(device: torch.device) -> Outputs:
+        gen = generator(name)
+        cache = rope.rope_cache(rot_dim, 300, torch.float32)
+        pos = store.case_indices(min(n, 300), 300, index_dtype, gen).repeat(n // 300 + 1)[:n]
+        loc = store.case_indices(n, pool, index_dtype, gen)
+        qs, ks = q_heads * head_dim, k_heads * head_dim
+        if layout == "fused":
+            bufs = {"qkv": rope.rope_input((n, qs + 2 * ks), dtype, gen), "kv": rope.rope_input((pool, 2, ks), dtype, gen)}
+        else:
+            extra = 1 if layout == "offset" else 0
+            bufs = {name: rope.rope_input((n * w + extra,), dtype, gen) for name, w in (("q", qs), ("k", ks), ("v", ks))}
+            bufs.update(k_cache=rope.rope_input((pool, ks), dtype, gen), v_cache=rope.rope_input((pool, ks), dtype, gen))
+
+        def views(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            if layout == "fused":
+                qkv, kv = b["qkv"], b["kv"].view(pool, 2, k_heads, head_dim)
+                return qkv[:, :qs], qkv[:, qs : qs + ks], qkv[:, qs + ks :], kv[:, 0], kv[:, 1]
+            start = 1 if layout == "offset" else 0
+            heads = [b[name][start:].view(n, h, head_dim)
+                     for name, h in (("q", q_heads), ("k", k_heads), ("v", k_heads))]
+            return (*heads, b["k_cache"], b["v_cache"])
+
+        ref = {key: t.clone() for key, t in bufs.items()}
+        q, k, v, kc, vc = views(ref)
+        ref_rotary_embedding_store(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim)
+        dev = {key: to_device(t, device) for key, t in bufs.items()}
+        q, k, v, kc, vc = views(dev)
+        ops.rotary_embedding_store(to_device(pos, device), q, k, v, to_device(cache, device), kc, vc,
+                                   to_device(loc, device), is_neox, head_dim=head_dim)
+        return {key: (dev[key].cpu(), ref[key]) for key in bufs}
+
+    return Case(name, "rope/rope_store.cuh", run)
+
+
+def hash_cases() -> list[Case]:
+    """rope's builds (``hash_cases``) with the store: Llama-3 heads at decode and prefill sizes,
+    a fused QKV tensor with 3-d strided caches, partial rotary, and the scalar variant."""
+    return [
+        rope_store_case(bf16, 128, 128, True, 0, 32, 8, i64),
+        rope_store_case(bf16, 128, 128, True, 7, 32, 8, i64),
+        rope_store_case(bf16, 128, 128, True, 513, 8, 2, i32, layout="fused"),
+        rope_store_case(fp16, 64, 64, False, 33, 8, 2, i64, layout="fused"),
+        rope_store_case(fp32, 64, 32, False, 33, 3, 1, i32),
+        rope_store_case(fp16, 10, 6, True, 37, 3, 1, i64, layout="offset"),
+    ]
+
+
+# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
+
+@st.composite
+def rope_store_params(draw):
+    return dict(draw(rope.rope_params()),
+                v_rank=draw(st.sampled_from([2, 3])),
+                v_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+                cache_rank=draw(st.sampled_from([2, 3])),
+                kv_cache_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+                pool=draw(st.sampled_from([1, 8, 40])),
+                loc_dtype=draw(st.sampled_from([i32, i64])))
+
+
+def _kv_cache_shape(p: dict, rank: int | None = None, pool: int | None = None) -> tuple[int, ...]:
+    pool = p["pool"] if pool is None else pool
+    return rope.heads_shape(dict(p, n=pool), p["k_heads"], p["cache_rank"] if rank is None else rank)
+
+
+def rope_store_args(a: Arena, p: dict) -> dict:
+    args = rope.rope_args(a, p)
+    dt, n, pool = p["dtype"], p["n"], p["pool"]
+    shape = rope.heads_shape(p, p["k_heads"], p["v_rank"])
+    args["v"] = rope.filled(a, a.tensor(shape, dt, p["v_layout"]), torch.randn(shape, generator=a.gen).to(dt))
+    for name in ("k_cache", "v_cache"):
+        args[name] = a.tensor(_kv_cache_shape(p), dt, p["kv_cache_layout"])
+    perm = torch.randperm(pool, generator=a.gen).tolist()
+    values = [perm[i] if i < pool else pool + i for i in range(n)]  # distinct valid rows
+    for i in range(1, n, 3):  # and out-of-range ones the kernel must skip
+        values[i] = [-1, pool, 2**31 - 1, -(2**31)][i // 3 % 4]
+    args["out_loc"] = rope.filled(a, a.tensor((n,), p["loc_dtype"]), torch.tensor(values, dtype=p["loc_dtype"]))
+    return args
+
+
+def _kv_cache_bad(arg: str) -> list[Bad]:
+    """The bad K or V caches: ``rows::verify_rows`` with k's heads and head_dim."""
+    return [
+        Bad(arg, "rank", ValueError,
+            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["pool"] * p["k_heads"] * p["head_dim"],),
+                                                             (p["pool"], p["k_heads"], 1, p["head_dim"]), ()])),
+                                     p["dtype"])),
+        Bad(arg, "dtype unlike q's", TypeError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p), d.draw(st.sampled_from(
+                [rope.rope_other_float(p), torch.int16, torch.float64])))),
+        Bad(arg, "row unlike k's", ValueError,
+            lambda a, p, d: a.tensor((p["pool"], (p["k_heads"] + d.draw(st.sampled_from([1, 2]))) * p["head_dim"]),
+                                     p["dtype"])),
+        Bad(arg, "heads unlike k's (3-d)", ValueError,
+            lambda a, p, d: a.tensor((p["pool"], 2 * p["k_heads"], p["head_dim"] // 2), p["dtype"])),
+        Bad(arg, "non-contiguous row", ValueError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"], d.draw(st.sampled_from(["step2", "transposed"])))),
+        Bad(arg, "overlapping rows (expand)", ValueError,
+            lambda a, p, d: a.tensor(_kv_cache_shape(p, pool=max(p["pool"], 2)), p["dtype"], "expand")),
+        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta(_kv_cache_shape(p), p["dtype"])),
+        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, 3]))),
+        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"]))),
+        Bad(arg, "requires grad", RuntimeError,
+            requires_grad(lambda a, p, d: a.tensor(_kv_cache_shape(p), p["dtype"]))),
+    ]
+
+
+ROPE_STORE_BAD = rope.ROPE_BAD + [b for b in rope.heads_bad("v") if b.what not in ("requires grad", "inference tensor")] + [
+    Bad("v", "heads unlike k's", ValueError,
+        lambda a, p, d: a.tensor(rope.heads_shape(p, p["k_heads"] + 1, 3), p["dtype"])),
+    Bad("out_loc", "dtype", TypeError, lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),
+    Bad("out_loc", "rank", ValueError,
+        lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p["n"], 1), (1, p["n"]), ()])), p["loc_dtype"])),
+    Bad("out_loc", "tokens differ", ValueError,
+        lambda a, p, d: a.tensor((p["n"] + d.draw(st.sampled_from([1, 2])),), p["loc_dtype"])),
+    Bad("out_loc", "non-contiguous", ValueError,
+        lambda a, p, d: a.tensor((max(p["n"], 2),), p["loc_dtype"], "step2")),
+    Bad("out_loc", "meta tensor", ValueError, lambda a, p, d: meta((p["n"],), p["loc_dtype"])),
+    Bad("out_loc", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [0, 1], 2]))),
+    Bad("out_loc", "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p["n"],), p["loc_dtype"]))),
+    Bad("k_cache", f"{SHARED}: bytes of q", ValueError,
+        lambda a, p, d: a.alias(p["args"]["q"], _kv_cache_shape(p, 2), p["dtype"])),
+    Bad("v_cache", f"{SHARED}: bytes of the K cache", ValueError,
+        lambda a, p, d: a.alias(p["args"]["k_cache"], _kv_cache_shape(p, 2), p["dtype"],
+                                d.draw(st.sampled_from([0, 1])))),
+    Bad("k_cache", f"{SHARED}: bytes of v", ValueError,
+        lambda a, p, d: a.alias(p["args"]["v"], _kv_cache_shape(p, 2), p["dtype"])),
+    Bad("out_loc", f"{SHARED}: bytes of the V cache", ValueError,
+        lambda a, p, d: a.alias(p["args"]["v_cache"], (p["n"],), p["loc_dtype"])),
+    Bad("v", f"{SHARED}: bytes of k", ValueError,
+        lambda a, p, d: a.alias(p["args"]["k"], rope.heads_shape(p, 1, p["v_rank"]), p["dtype"])),
+] + _kv_cache_bad("k_cache") + _kv_cache_bad("v_cache")
+
+
+def _rope_store_call(args: dict, via: str):
+    if via == "op":
+        return lambda: ops.rotary_embedding_store(**args)
+    names = ("positions", "q", "k", "v", "cos_sin_cache", "k_cache", "v_cache", "out_loc", "is_neox")
+    return lambda: torch.ops.kernkit.rotary_embedding_store(*(args[n] for n in names), head_dim=args["head_dim"])
+
+
+@pytest.mark.parametrize("bad", ROPE_STORE_BAD, ids=bad_id)
+@invalid_settings(ROPE_STORE_BAD)
+@given(p=rope_store_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+def test_rotary_embedding_store_rejects_invalid_calls(bad, p, via, d):
+    a = Arena.seeded(p["seed"])
+    if bad.what in rope.ROPE_NEEDS_TWO_TOKENS:
+        p = dict(p, n=max(p["n"], 2))
+    if bad.what.startswith(SHARED):  # something to share: one head of 3 tokens, one-row caches
+        p = dict(p, n=3, q_heads=1, k_heads=1, max_pos=40, pool=1)
+    if bad.arg == "head_dim" and bad.what == "below rot_dim":
+        p = dict(p, q_rank=2, k_rank=2)  # 3-d heads would be named by their head_dim first
+    if bad.arg.endswith("_cache") and bad.what == "heads unlike k's (3-d)":
+        p = dict(p, cache_rank=3)
+    p = dict(p, v_heads=p["k_heads"])
+    args = rope_store_args(a, p)
+    args[bad.arg] = bad.make(a, dict(p, args=args), d)
+    direct = bad.what in ("meta tensor", "not a tensor", "not an int", "not a bool", "negative bit")
+    check_invalid(_rope_store_call(args, "op" if direct else via), a, bad)
+
+
+@VALID
+@given(p=rope_store_params())
+def test_rotary_embedding_store_valid_views_give_the_reference_bytes(p):
+    """The views of rope's valid-call test, v of any rank and row stride, 2-d and 3-d caches with
+    misaligned or padded rows, out-of-range positions and cache rows: every buffer matches the
+    reference (rotary_embedding, then store_cache)."""
+    a = Arena.seeded(p["seed"])
+    args = rope_store_args(a, p)
+    want = a.copies()
+    twin = {n: a.twin(t, want) for n, t in args.items()}
+    ref_rotary_embedding_store(twin["positions"], twin["q"], twin["k"], twin["v"], twin["cos_sin_cache"],
+                                     twin["k_cache"], twin["v_cache"], twin["out_loc"], p["is_neox"], p["head_dim"])
+    assert ops.rotary_embedding_store(**args) is None
+    assert a.same_as(want)

@@ -12,12 +12,11 @@ import warnings
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit import ops
-from kernkit.testing.oracle import rand_bits, same_bytes
 from kernkit.jit import CaptureCompileError, JitDisabledError, ToolchainError
 from kernkit.ops import elementwise, embedding, kvcache, radix
 from kernkit.ops.kvcache import store_spec
+from kernkit.testing.oracle import op_tests, rand_bits, same_bytes
 
 compare_key = op_tests("compare_key")
 indexing = op_tests("indexing")
@@ -565,3 +564,23 @@ def test_an_input_that_requires_grad_is_warned_about_once_per_op_and_argument():
         with torch.no_grad():
             ops.scale(torch.randn(4, 64, requires_grad=True), 2.0)
         ops.scale(x.detach(), 2.0)
+
+
+def test_small_errors_name_the_argument():
+    """A 0-d cache is called 0-d, a complex dtype by its name, an int beyond int64 and a
+    read-only numpy array (whose DLPack export raises ``BufferError``) by the argument."""
+    import numpy as np
+
+    bf = torch.bfloat16
+    k = torch.zeros(2, 32, dtype=bf)
+    with pytest.raises(ValueError, match=r"^'k_cache': expected a 2-d \[rows, elems\] or 3-d .* got 0-d$"):
+        ops.store_cache(torch.zeros((), dtype=bf), k, torch.tensor([0, 1]), k, k)
+    with pytest.raises(TypeError, match=r"^'k': expected dtype bfloat16 \(from 'k_cache'\), got complex64$"):
+        ops.store_cache(torch.zeros(4, 32, dtype=bf), torch.zeros(4, 32, dtype=bf), torch.tensor([0, 1]),
+                        torch.zeros(2, 32, dtype=torch.complex64), k)
+    with pytest.raises(TypeError, match=r"^'vocab_range': expected a sequence of int64 values, got \(9223372036854775808, 1\)$"):
+        ops.indexing(torch.zeros(4, 32, dtype=bf), torch.tensor([0]), (2**63, 1))
+    frozen = np.zeros(4, dtype=np.float32)
+    frozen.setflags(write=False)
+    with pytest.raises(TypeError, match=r"^'src': expected a tensor, got ndarray$"):
+        ops.scale(frozen, 2.0)

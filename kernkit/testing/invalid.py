@@ -1,7 +1,20 @@
 """The invalid-call generator: tensors over guarded random buffers (``Arena``), one bad
-argument at a time (``Bad``), and the checks that a call raised an error naming it and wrote
-nothing (``check_invalid``). Each op's test module lists its bad arguments and draws its
-parameters with hypothesis."""
+argument at a time (``Bad``), and the check that a call raised an error naming that argument
+and wrote nothing (``check_invalid``).
+
+Each op's test module lists the ways to break each of its arguments (``Bad``: a wrong dtype or
+rank, shapes that disagree, rows that are not contiguous or overlap, meta tensors, non-tensor
+values, tensors that share memory with one the op writes, torch's negative bit, written tensors
+that require grad or are inference tensors), draws the other arguments with hypothesis, and
+calls ``check_invalid``: the call must raise a ``TypeError``/``ValueError``/``RuntimeError``
+whose message names the argument, with every byte of every buffer unchanged, including the
+guard bytes around and between the rows. The same module draws valid-but-unusual views
+(misaligned starts, padded row strides, stride-0 inputs, a table claiming 2**40 rows) and
+compares them with its reference.
+
+Hypothesis runs derandomized (``invalid_settings``, ``VALID``): the same examples every run.
+Without a GPU the wrong-device cases are meta tensors (DLPack cannot carry them).
+"""
 
 from __future__ import annotations
 
@@ -178,6 +191,11 @@ SHARED = "shares memory"  # the bad kinds whose argument overlaps another one
 
 def claims_huge(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.numel() >= HUGE
+
+
+def other_same_size(dtype: torch.dtype) -> torch.dtype:
+    """A 2-byte float dtype other than ``dtype``: a dtype mismatch no size check catches."""
+    return torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
 
 
 UNSUPPORTED_ROW_DTYPES = [torch.bool, torch.complex64, torch.complex128]

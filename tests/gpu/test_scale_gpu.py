@@ -10,6 +10,9 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import scale
 from kernkit.ops.elementwise import scale_spec
+from kernkit.testing.oracle import op_tests
+
+ref_scale = op_tests("scale").ref_scale
 
 
 def scale_with_pdl(dtype: torch.dtype, use_pdl: bool) -> JitSpec:
@@ -21,10 +24,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 NS = [0, 1, 7, 8, 9, 255, 256, 257, 4099, 1 << 20, (1 << 24) + 3]
-
-
-def reference(x: torch.Tensor, factor: float) -> torch.Tensor:
-    return (x.float() * factor).to(x.dtype)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,7 +41,7 @@ def prebuild():
 def test_matches_torch(dtype, n):
     x = torch.randn(n, device="cuda").mul(3).to(dtype)
     for factor in (1.7, -0.3, 0.0):
-        assert torch.equal(scale(x, factor), reference(x, factor)), (n, factor)
+        assert torch.equal(scale(x, factor), ref_scale(x, factor)), (n, factor)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -52,7 +51,7 @@ def test_misaligned_views(dtype, offset):
     x = base[offset:]
     out = torch.empty(10_000, device="cuda", dtype=dtype)[offset:]
     scale(x, 0.75, out=out)
-    assert torch.equal(out, reference(x, 0.75))
+    assert torch.equal(out, ref_scale(x, 0.75))
 
 
 @pytest.mark.parametrize("use_pdl", [False, True])
@@ -66,7 +65,7 @@ def test_both_pdl_variants(use_pdl):
     for _ in range(3):  # back to back on one stream: each launch reads what the previous wrote
         module.scale(out, x, 1.5)
         module.scale(x, out, -1.0)
-        expected = reference(reference(expected, 1.5), -1.0)
+        expected = ref_scale(ref_scale(expected, 1.5), -1.0)
     assert torch.equal(x, expected)
 
 
@@ -77,7 +76,7 @@ def test_non_default_stream():
     with torch.cuda.stream(stream):
         y = scale(x, 3.0)
     stream.synchronize()
-    assert torch.equal(y, reference(x, 3.0))
+    assert torch.equal(y, ref_scale(x, 3.0))
 
 
 def test_cuda_graph_replay():
@@ -90,7 +89,7 @@ def test_cuda_graph_replay():
     x.copy_(torch.randn(4096, device="cuda"))
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, reference(x, 2.0))
+    assert torch.equal(out, ref_scale(x, 2.0))
 
 
 def test_cpu_out_for_a_cuda_input_is_rejected():

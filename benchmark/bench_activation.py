@@ -21,11 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit.ops import gelu_and_mul, silu_and_mul  # noqa: E402
+from kernkit.ops import gelu_and_mul, silu_and_mul
 
 ACTS = ("silu", "gelu", "gelu_tanh")
 

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-from kernkit import ops  # noqa: E402
+from kernkit import ops
 
 
 def per_call_us(fn, reps):

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
 HIDDEN = 4096
 HEADS, HEAD_DIM = 8, 128  # Llama-3-8B's K/V rows

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +24,10 @@ from pathlib import Path
 import torch
 from torch.compiler import is_compiling, is_dynamo_compiling
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-from kernkit import ops  # noqa: E402
-from kernkit.ops import elementwise, embedding, kvcache, radix  # noqa: E402
+from kernkit import ops
+from kernkit.ops import elementwise, embedding, kvcache, radix
 
 VARIANTS = ("plain", "torch.ops", "torch.ops .default", "module function")
 

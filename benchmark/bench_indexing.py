@@ -19,13 +19,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit import ops  # noqa: E402
-from kernkit.jit import JitSpec  # noqa: E402
-from kernkit.ops import embedding, kvcache  # noqa: E402
+from kernkit import ops
+from kernkit.jit import JitSpec
+from kernkit.ops import embedding, kvcache
 
 
 def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str | None) -> JitSpec:

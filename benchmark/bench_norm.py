@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit.ops import fused_add_rmsnorm, rmsnorm  # noqa: E402
+from kernkit.ops import fused_add_rmsnorm, rmsnorm
 
 EPS = 1e-6
 

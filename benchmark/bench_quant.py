@@ -22,11 +22,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit.ops import per_token_quant_fp8  # noqa: E402
+from kernkit.ops import per_token_quant_fp8
 
 TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 HIDDEN = (4096, 5120, 14336)

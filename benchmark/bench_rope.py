@@ -21,11 +21,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit.ops import rotary_embedding  # noqa: E402
+from kernkit.ops import rotary_embedding
 
 #: name: (q heads, kv heads, head_dim)
 MODELS = {"llama3-8b": (32, 8, 128), "qwen3": (64, 8, 128)}

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-from kernkit.ops import scale  # noqa: E402
+from kernkit.ops import scale
 
 
 def check(device: str, dtype: torch.dtype, factor: float) -> None:

@@ -47,10 +47,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-from kernkit import ops  # noqa: E402
+from kernkit import ops
 
 EPS = 1e-6
 NORM_HIDDENS = sorted([1536, *range(1024, 8192 + 1, 1024)]) + [16384]

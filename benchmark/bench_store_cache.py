@@ -18,13 +18,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
-from kernkit.testing.oracle import op_tests  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
-from kernkit import ops  # noqa: E402
-from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
-from kernkit.ops import kvcache  # noqa: E402
+from kernkit import ops
+from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
+from kernkit.ops import kvcache
 
 
 def variant_spec(dtype: torch.dtype, row_shape: tuple[int, ...], per_thread: int, stream: bool,

@@ -11,8 +11,8 @@ from ..jit import JitSpec, cache_once
 from .kvcache import row_bytes, row_spec
 from .registry import register_op
 
-#: Vectors a thread keeps in flight (``device::rows::RowLayout``). Measured on an H200
-#: (151936 x 1024 bf16): 2 against 4 took 65.1 against 66.2 us at n=65536, 5.7 against 6.5 at 4096.
+#: Vectors a thread keeps in flight (``device::rows::RowLayout``): on an H200, 2 was faster than
+#: 4 at 4096 and 65536 ids (benchmark/results/timings-from-code-comments.md).
 INDEXING_PER_THREAD = 2
 
 

@@ -12,8 +12,8 @@ from .registry import register_op
 
 #: Vectors of each tensor a thread keeps in flight before a row is split over more threads
 #: (``device::rows::RowLayout``): with 16-byte vectors a 2 KB row gets two warps, each thread
-#: loading 2 x 16 bytes of K and of V before storing them. Measured on an H200 (2 KB bf16 rows,
-#: CUDA graph): 1, 2, 4 and 8 tie at n=65536 and n<=64; at n=4096 2 took 9.8 us against 11.3 for 4.
+#: loading 2 x 16 bytes of K and of V before storing them. On an H200, 2 was the fastest at
+#: 4096 rows and tied with 1, 4 and 8 elsewhere (benchmark/results/timings-from-code-comments.md).
 STORE_PER_THREAD = 2
 
 

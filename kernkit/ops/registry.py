@@ -200,12 +200,11 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     ``written`` ones, a tensor autograd records or an inference tensor outside inference mode
     (``_refuse``); after, bump the version counters of the ``written`` tensors, so that
     autograd refuses a saved tensor the op overwrote. An input that requires grad under grad
-    mode is warned about once (``_refuse``). The tests before ``_refuse`` cost 40 to 70 ns a
-    tensor; the bump, through ``torch._C._increment_version`` itself, about 0.1 us.
+    mode is warned about once (``_refuse``). The bump goes through
+    ``torch._C._increment_version`` itself (what these cost a call: benchmark/results/timings-from-code-comments.md).
 
     It is compiled with ``fn``'s own parameter list (as dataclasses compile their ``__init__``):
-    a generic ``(*args, **kwargs)`` wrapper costs 0.1 us more per call (packing a tuple and a
-    dict; measured on a 2.8 GHz Xeon)."""
+    a generic ``(*args, **kwargs)`` wrapper would pack a tuple and a dict on every call."""
     params, pos, kw, scope = [], [], [], {}
     for p in sig.parameters.values():
         if p.kind is p.KEYWORD_ONLY and "*" not in params:

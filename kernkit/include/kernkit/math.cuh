@@ -9,8 +9,14 @@
 /// `ex2_approx`, `rcp_approx` and `tanh_approx` are the hardware's approximate instructions on
 /// the GPU and a stated CPU evaluation on the emulator: the two differ within the instruction's
 /// documented error, so a kernel that uses them states a bound on its results and is tested
-/// against it, not bit for bit (docs/emulator.md, "Bit-exactness"). Everything else here
-/// (`abs_bits` to `tanh_ieee`) gives the same bits on both.
+/// against it, not bit for bit (docs/emulator.md, "Bit-exactness").
+///
+/// The exact math, the larger part of this file, gives the same bits on the GPU and the
+/// emulator because it is built from IEEE-rounded fp32 operations only: `exp_ieee`, `erf_ieee`,
+/// `erfc_ieee` and `tanh_ieee` (each with its measured error against float64), the split forms
+/// `exp_ieee_split`, `exp_neg_square_split` and `erfc_ieee_split` (a mantissa and a power of two,
+/// for callers that scale the result), and the bit helpers they are made of: `abs_bits`,
+/// `abs_ieee`, `copysign_bits`, `pow2i`, `ldexp_ieee` and `horner`.
 #pragma once
 
 #include <kernkit/type.cuh>

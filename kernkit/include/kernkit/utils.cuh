@@ -134,7 +134,7 @@ inline void RuntimeDeviceCheck(cudaError_t err) {
 /// \brief Launch a cubin's kernel (the nvrtc backend's `cudaKernel_t`) as `cudaLaunchKernelExC`
 /// does, through the driver's `cuLaunchKernelEx`, which the runtime finds once
 /// (`cudaGetDriverEntryPoint`: no library links libcuda). That skips the runtime's own work per
-/// launch: 0.1 to 0.3 us of host time on the H200 host (docs/performance.md). Where the driver
+/// launch (its host time: docs/performance.md). Where the driver
 /// does not launch it (a thread whose first CUDA call this is has no current context for the
 /// default stream; an attribute it does not translate; any error), the runtime launches it,
 /// which makes the device's primary context current, or returns the error.

@@ -338,7 +338,7 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 /// `blockIdx.x` picks a chunk of `blockDim.x` vectors of a row, `blockIdx.y` strides over the
 /// rows; each thread loads one vector of the gate half and the matching vector of the up half.
 /// Blocks are issued x first, so consecutive blocks cover consecutive chunks of one row; with
-/// the rows on x, consecutive blocks were a row apart in memory and large inputs ran 4% slower
+/// the rows on x, consecutive blocks were a row apart in memory and large inputs ran slower
 /// (benchmark/results/tuning-h200-2026-12-03.md).
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.

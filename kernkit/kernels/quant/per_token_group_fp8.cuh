@@ -44,9 +44,8 @@ namespace quant {
 template <int64_t kGroupSize, int kVecN>
 struct GroupLayout {
   /// Vectors a thread aims at (a power of two; the scalar variant takes more, to stay in a
-  /// warp): 2 keeps 32 bytes of x in flight a thread (8 lanes for bf16 x 128). On the H200 at
-  /// 16384 tokens, 1 reached 68 to 82% of the copy bandwidth and 2 reached 86 to 103%
-  /// (`benchmark/results/tuning-h200-2026-12-04.md`).
+  /// warp): 2 keeps 32 bytes of x in flight a thread (8 lanes for bf16 x 128), which reached
+  /// more of the copy bandwidth than 1 on the H200 (`benchmark/results/tuning-h200-2026-12-04.md`).
   static constexpr int64_t kTargetVecs = 2;
   /// Vectors per group.
   static constexpr int64_t kVecs = kGroupSize / kVecN;

@@ -270,7 +270,7 @@ def locked(key: str, label: str, wait: bool = True):
     the build of ``label`` waits, for which process, and how to break the lock; it never times out.
     With ``wait=False`` it yields False at once where another process holds the lock, True where
     it took it."""
-    import filelock  # only builds need it: importing it costs ~10 ms of a process start
+    import filelock  # only builds need it: not imported at every process start
 
     ensure_dir(root() / ".locks")
     path = root() / ".locks" / f"{key[:16]}.lock"

@@ -117,9 +117,9 @@ class JitSpec:
     extra_cuda_cflags: tuple[str, ...]
     extra_ldflags: tuple[str, ...]
     extra_include_paths: tuple[str, ...]
-    #: The backend of the CUDA unit (``nvcc``, ``emu``); None without ``cuda_files``.
+    #: The backend of the CUDA unit (``nvcc``, ``nvrtc`` or ``emu``); None without ``cuda_files``.
     backend: str | None
-    #: nvcc's target architecture; None for the other backends.
+    #: The GPU architecture of an ``nvcc`` or ``nvrtc`` build; None for ``emu``.
     arch: CudaArch | None
 
     @classmethod
@@ -142,19 +142,22 @@ class JitSpec:
             ``(export_name, "symbol<args>")`` pairs, each a function of the loaded module,
             exported inside ``namespace kernkit``.
         extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths
-            More flags for the host compiler, for nvcc, for the linker, and include directories
-            whose headers are tracked like kernkit's.
+            More flags for the host compiler, for nvcc (an ``nvrtc`` build passes none of them to
+            NVRTC), for the linker, and include directories whose headers are tracked like
+            kernkit's.
         backend
-            ``"nvcc"`` (the default: a GPU build) or ``"emu"`` (the CPU emulator, for CPU
-            tensors). Ignored without ``cuda_files``.
+            ``"nvcc"`` or ``"nvrtc"`` (a GPU build; by default ``default_backend()``:
+            ``$KERNKIT_BACKEND``, else nvrtc where it is installed, else nvcc) or ``"emu"`` (the
+            CPU emulator, for CPU tensors). Ignored without ``cuda_files``.
         arch
-            nvcc's target, e.g. ``"9.0"``; default: the visible GPU, else ``$KERNKIT_CUDA_ARCH``.
+            The GPU build's target, e.g. ``"9.0"``; default: the visible GPU, else
+            ``$KERNKIT_CUDA_ARCH``.
 
         Returns
         -------
         JitSpec
             The frozen spec. Raises ``TypeError``/``ValueError``/``FileNotFoundError`` for a bad
-            description and ``ArchError`` when nvcc's target cannot be chosen.
+            description and ``ArchError`` when a GPU build's target cannot be chosen.
         """
         if not marker:
             raise ValueError("load_jit: give at least one marker (the kernel's name)")

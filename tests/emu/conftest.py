@@ -1,11 +1,12 @@
-import sys
+"""The emulator's own test programs: built once per session with the CPU backend's flags
+(``emu_exe``). pytest puts this directory on ``sys.path`` to import this file, so ``emu_build``
+imports from here."""
+
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import emu_build  # noqa: E402
+import emu_build
 
 
 @pytest.fixture(scope="session")

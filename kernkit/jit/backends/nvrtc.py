@@ -57,7 +57,7 @@ def toolkit() -> Toolkit:
 
     A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
     looks the compiler up too (its identity is part of the build record), and importing and
-    asking pathfinder costs about 50 ms and starts subprocesses (measured on the H200 host)."""
+    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments.md)."""
     lib, include = _roots("lib"), _roots("include")
     found = {
         "libnvrtc": _find(lib, "libnvrtc.so.*"),
@@ -208,7 +208,7 @@ def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
 
 
 #: ``split`` by text: a process's later builds (a parallel ``warmup``, a server meeting a new
-#: shape) re-split only what changed; splitting every header takes about 80 ms of each build.
+#: shape) re-split only what changed (what splitting every header costs: benchmark/results/timings-from-code-comments.md).
 _split = lru_cache(maxsize=512)(split)
 
 _STD = Path(__file__).with_name("nvrtc_std.h")

@@ -12,8 +12,8 @@ it by (``LaunchKernel::NvrtcKernel`` in ``kernkit/utils.cuh``). NVRTC's log goes
 A script of its own, importing nothing of kernkit, so that ninja runs it as one step of the
 build. NVRTC and the C++ runtime's demangler are called through ``ctypes`` rather than through
 cuda-bindings and ``nm -C``: the step is on every build's critical path, and importing
-cuda-bindings took 70 to 100 ms of it (it also finds a libnvrtc of its own choosing, not
-necessarily the one the build's key names), a second ``nm`` 20 to 30.
+cuda-bindings and a second ``nm`` cost tens of milliseconds each (benchmark/results/timings-from-code-comments.md), and cuda-bindings
+finds a libnvrtc of its own choosing, not necessarily the one the build's key names.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 // nvrtc build hands NVRTC as <type_traits>, <utility>, <limits> and <algorithm>.
 //
 // Hand-written rather than libcu++'s <cuda/std/...>: those pull in cuda/std/__type_traits/
-// type_list.h, which alone costs NVRTC about 0.6 s per build (measured with NVRTC 13.5 and CCCL
-// 13.3), half of a specialization's whole device compile. A device function that needs more of the
+// type_list.h, which alone costs NVRTC about half of a specialization's whole device compile
+// (benchmark/results/timings-from-code-comments.md). A device function that needs more of the
 // standard library includes <cuda/std/...> itself.
 #pragma once
 

@@ -3,10 +3,10 @@
 /// switch.
 ///
 /// Why not `ucontext`: `swapcontext` saves and restores the signal mask with a `rt_sigprocmask`
-/// system call on every switch (about 220 ns measured), and every warp-collective call switches
+/// system call on every switch, and every warp-collective call switches
 /// at least twice per simulated thread. Why not boost.context: a system package dependency for a
 /// dozen instructions. The hand-written switch below saves only the callee-saved registers of
-/// the platform ABI plus the floating-point control registers (about 5 ns). `ucontext` remains
+/// the platform ABI plus the floating-point control registers (benchmark/results/timings-from-code-comments.md). `ucontext` remains
 /// as the portable fallback (other architectures, or `-DKERNKIT_EMU_UCONTEXT`).
 #pragma once
 

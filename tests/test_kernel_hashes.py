@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -141,3 +143,14 @@ def test_a_wrong_result_is_never_hashed(kh, monkeypatch):
     case = _case(kh, "scale/fp16-n7-f1.7")
     with pytest.raises(kh.ReferenceMismatch, match=re.escape(case.name) + ": 'out' differs"):
         kh.run_case(case, torch.device("cpu"))
+
+
+def test_the_command_line_checks_exact_and_bound_cases():
+    """``python -m kernkit.testing.hashes --check`` (the command the GPU runs) on an exact and a
+    bound case: the runner is the module the test modules' cases were made with."""
+    names = ("scale/fp16-n7-f1.7", "silu_and_mul/silu-bf16-d8-r1")
+    for name in names:
+        run = subprocess.run([sys.executable, "-m", "kernkit.testing.hashes", "--device", "cpu", "--check",
+                              str(HASH_FILE), "--only", name], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.rstrip().endswith("all match"), run.stdout

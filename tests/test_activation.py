@@ -20,20 +20,8 @@ from kernkit.jit import JitSpec
 from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, ReferenceMismatch, Within, generator, to_device
-from kernkit.testing.invalid import (
-    SHARED,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    check_unallocatable,
-    claims_huge,
-    invalid_settings,
-    meta,
-    neg_bit,
-    requires_grad,
-)
+from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, bad_id, check_invalid, check_unallocatable, claims_huge,
+                                     invalid_settings, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import same_bytes
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32

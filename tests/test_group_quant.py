@@ -50,7 +50,7 @@ def ue8m0_ceil(scales: torch.Tensor) -> torch.Tensor:
 
 
 def ref_per_token_group_quant_fp8(x: torch.Tensor, group_size: int, column_major_scales: bool = False,
-                              scale_ue8m0: bool = False, eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+                                  scale_ue8m0: bool = False, eps: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
     """Per group of ``group_size`` consecutive elements of a row of the 2-d ``x``:
     ``amax = max|x|`` and ``m = max(amax, |eps|)``, both compared as the bits of fp32 absolute
     values (so a NaN wins; ``eps`` is taken to fp32), a NaN ``m`` as 0x7fffffff (the NaN the

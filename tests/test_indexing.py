@@ -13,27 +13,13 @@ from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    BAD_INDEX_DTYPES,
-    HUGE,
-    SHARED,
-    UNSUPPORTED_ROW_DTYPES,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    check_unallocatable,
-    claims_huge,
-    invalid_settings,
-    meta,
-    neg_bit,
-    other_same_size,
-    requires_grad,
-)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad, bad_id,
+                                     check_invalid, check_unallocatable, claims_huge, invalid_settings, meta, neg_bit,
+                                     other_same_size, requires_grad)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
-bf16, fp16, fp32, fp8, i32, i64 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.int32, torch.int64
+bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+i32, i64 = torch.int32, torch.int64
 
 VOCAB = 50
 

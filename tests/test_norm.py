@@ -23,18 +23,8 @@ from kernkit.jit import JitSpec
 from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    SHARED,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    invalid_settings,
-    meta,
-    neg_bit,
-    requires_grad,
-)
+from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit,
+                                     requires_grad)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 

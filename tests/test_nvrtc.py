@@ -232,8 +232,7 @@ def test_the_whole_header_library_builds(fresh_cache):
     """The kernels of tests/csrc/headers_kernels.cuh (every primitive of every header, for every
     type it takes) split and build: NVRTC compiles every instantiation the host half launches."""
     needs_nvrtc()
-    sys.path.insert(0, str(REPO / "tests"))
-    import test_headers_emu as headers
+    import test_headers_emu as headers  # tests/ is on pytest's path
 
     from kernkit.jit import JitSpec
 

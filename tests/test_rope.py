@@ -17,19 +17,8 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import registered_ops, rotary_embedding
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    BAD_INDEX_DTYPES,
-    SHARED,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    invalid_settings,
-    meta,
-    neg_bit,
-    requires_grad,
-)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, bad_id, check_invalid,
+                                     invalid_settings, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import op_tests
 
 store = op_tests("store_cache")
@@ -66,7 +55,7 @@ def _rope_heads(x: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.T
 
 
 def ref_rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
-                     is_neox: bool = True, head_dim: int | None = None) -> None:
+                         is_neox: bool = True, head_dim: int | None = None) -> None:
     """Rotary embedding of q and k in place: pairs (i, i + rot/2) with ``is_neox``, else (2i, 2i+1);
     ``x * cos - y * sin`` and ``y * cos + x * sin`` as fp32 products and one fp32 subtraction /
     addition, rounded once to the dtype. Tokens whose position is outside ``[0, max_position)``

@@ -18,19 +18,8 @@ from hypothesis import strategies as st
 from kernkit import ops
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    BAD_INDEX_DTYPES,
-    SHARED,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    invalid_settings,
-    meta,
-    neg_bit,
-    requires_grad,
-)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, bad_id, check_invalid,
+                                     invalid_settings, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import op_tests
 
 rope = op_tests("rope")
@@ -49,8 +38,8 @@ POOL = 23
 
 
 def ref_rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                           cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           out_loc: torch.Tensor, is_neox: bool = True, head_dim: int | None = None) -> None:
+                               cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                               out_loc: torch.Tensor, is_neox: bool = True, head_dim: int | None = None) -> None:
     """``rotary_embedding`` of q and k, then ``store_cache`` of the rotated k and of v at
     ``out_loc``. In place."""
     rope.ref_rotary_embedding(positions, q, k, cos_sin_cache, is_neox, head_dim)

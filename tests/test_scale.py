@@ -14,21 +14,8 @@ from kernkit import ops
 from kernkit.jit import JitSpec, load_jit
 from kernkit.ops import registered_ops, scale
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    HUGE,
-    SHARED,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    check_unallocatable,
-    claims_huge,
-    invalid_settings,
-    meta,
-    neg_bit,
-    requires_grad,
-)
+from kernkit.testing.invalid import (HUGE, SHARED, VALID, Arena, Bad, bad_id, check_invalid, check_unallocatable,
+                                     claims_huge, invalid_settings, meta, neg_bit, requires_grad)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 

@@ -12,25 +12,12 @@ from kernkit import ops
 from kernkit.ops.kvcache import store_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (
-    BAD_INDEX_DTYPES,
-    HUGE,
-    SHARED,
-    UNSUPPORTED_ROW_DTYPES,
-    VALID,
-    Arena,
-    Bad,
-    bad_id,
-    check_invalid,
-    invalid_settings,
-    meta,
-    neg_bit,
-    other_same_size,
-    requires_grad,
-)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad, bad_id,
+                                     check_invalid, invalid_settings, meta, neg_bit, other_same_size, requires_grad)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
-bf16, fp16, fp32, fp8, i32, i64 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.int32, torch.int64
+bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
+i32, i64 = torch.int32, torch.int64
 
 POOL = 40
 
@@ -39,7 +26,7 @@ POOL = 40
 
 
 def ref_store_cache(k_cache: torch.Tensor, v_cache: torch.Tensor, indices: torch.Tensor, k: torch.Tensor,
-                v: torch.Tensor) -> None:
+                    v: torch.Tensor) -> None:
     """``k_cache[indices[i]] = k[i]`` and ``v_cache[indices[i]] = v[i]`` for every ``i`` whose
     index lies in ``[0, pool)``; other rows are skipped. In place."""
     valid = (indices >= 0) & (indices < k_cache.shape[0])

@@ -2,9 +2,9 @@
 """Runs every shipped CUDA kernel on small shapes, for ``tools/gpu_sanitize.py`` to run under
 ``compute-sanitizer`` (memcheck, racecheck, initcheck).
 
-    python3 tools/sanitize_driver.py --device cuda          # on the GPU
-    python3 tools/sanitize_driver.py --device cpu           # the same cases on the CPU emulator
-    python3 tools/sanitize_driver.py --device cuda --build  # only compile the specializations
+    PYTHONPATH=$PWD python3 tools/sanitize_driver.py --device cuda          # on the GPU
+    PYTHONPATH=$PWD python3 tools/sanitize_driver.py --device cpu           # the same cases on the CPU emulator
+    PYTHONPATH=$PWD python3 tools/sanitize_driver.py --device cuda --build  # only compile the specializations
 
 The cases: ``store_cache`` with negative, ``>= pool`` and int64 indices (low 32 bits in range),
 2-d and 3-d rows, fused-QKV inputs, K/V halves of one cache buffer, a misaligned input view
@@ -34,19 +34,14 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run from anywhere without installing kernkit
-    sys.path.insert(0, str(REPO))
-
-from kernkit import ops  # noqa: E402
-from kernkit.testing.oracle import op_tests  # noqa: E402
-from kernkit.ops.elementwise import scale_spec  # noqa: E402
-from kernkit.ops.embedding import indexing_spec  # noqa: E402
-from kernkit.ops.kvcache import store_spec  # noqa: E402
+from kernkit import ops
+from kernkit.ops.elementwise import scale_spec
+from kernkit.ops.embedding import indexing_spec
+from kernkit.ops.kvcache import store_spec
+from kernkit.testing.oracle import op_tests
 
 indexing = op_tests("indexing")
 store = op_tests("store_cache")

@@ -10,14 +10,8 @@ stated error for ex2_approx/rcp_approx/tanh_approx. Run with
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from test_headers_emu import *  # noqa: E402,F401,F403  (the tests, collected again here)
+from test_headers_emu import *  # noqa: F401,F403  (the tests, collected again here; tests/ is on pytest's path)
 
 pytestmark = pytest.mark.gpu
 
@@ -25,6 +19,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def backend() -> str:
     """Where the kernels run: the GPU, built by the default backend."""
-    from kernkit.jit.backends import default_backend
+    from kernkit.jit import default_backend
 
     return default_backend()

@@ -20,8 +20,8 @@ from kernkit.jit import JitSpec
 from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, ReferenceMismatch, Within, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, bad_id, check_invalid, check_unallocatable, claims_huge,
-                                     invalid_settings, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, check_unallocatable, claims_huge,
+                                     invalid_calls, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import same_bytes
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -506,9 +506,7 @@ def _act_call(args: dict, p: dict, bad: Bad, a: Arena, via: str) -> None:
         check_invalid(lambda: torch.ops.kernkit.gelu_and_mul_out(args["out"], args["x"], args["approximate"]), a, bad)
 
 
-@pytest.mark.parametrize("bad", ACT_BAD, ids=bad_id)
-@invalid_settings(ACT_BAD)
-@given(p=act_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(ACT_BAD, act_params())
 def test_act_and_mul_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.arg == "approximate":

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernkit import ops
-from kernkit.testing.invalid import HUGE, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit
+from kernkit.testing.invalid import HUGE, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit
 
 # ----- the reference: what the kernel must compute
 
@@ -117,9 +117,7 @@ def _key_bad(arg: str) -> list[Bad]:
 KEY_BAD = _key_bad("a") + _key_bad("b")
 
 
-@pytest.mark.parametrize("bad", KEY_BAD, ids=bad_id)
-@invalid_settings(KEY_BAD)
-@given(p=key_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(KEY_BAD, key_params())
 def test_compare_key_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     args = key_args(a, p)

@@ -23,7 +23,7 @@ from kernkit.jit import JitSpec
 from kernkit.ops import per_token_group_quant_fp8, registered_ops
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, _module, per_token_group_quant_fp8_spec
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import VALID, Arena, Bad, bad_id, check_invalid, invalid_settings
+from kernkit.testing.invalid import VALID, Arena, Bad, check_invalid, invalid_calls
 from kernkit.testing.oracle import op_tests
 
 quant = op_tests("quant")
@@ -540,9 +540,7 @@ GROUP_QUANT_BAD = _GQ_X_BAD + [
 GQ_NOT_VIA_CUSTOM_OP = ("meta tensor", "not a tensor", "negative bit", "not an int", "not a bool", "not a number")
 
 
-@pytest.mark.parametrize("bad", GROUP_QUANT_BAD, ids=bad_id)
-@invalid_settings(GROUP_QUANT_BAD)
-@given(p=group_quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(GROUP_QUANT_BAD, group_quant_params())
 def test_per_token_group_quant_fp8_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     args = quant.quant_bad_args(a, p, bad, d, group_quant_args)

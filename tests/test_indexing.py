@@ -13,8 +13,8 @@ from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad, bad_id,
-                                     check_invalid, check_unallocatable, claims_huge, invalid_settings, meta, neg_bit,
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad,
+                                     check_invalid, check_unallocatable, claims_huge, invalid_calls, meta, neg_bit,
                                      other_same_size, requires_grad)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
@@ -330,9 +330,7 @@ INDEXING_BAD = [
 ]
 
 
-@pytest.mark.parametrize("bad", INDEXING_BAD, ids=bad_id)
-@invalid_settings(INDEXING_BAD)
-@given(p=indexing_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(INDEXING_BAD, indexing_params())
 def test_indexing_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.arg == "vocab_range":

@@ -23,7 +23,7 @@ from kernkit.jit import JitSpec
 from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit,
+from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit,
                                      requires_grad)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -713,16 +713,12 @@ def _norm_invalid(bad: Bad, p: dict, via: str, d, fused: bool) -> None:
     _norm_call(args, fused, bad, a, via)
 
 
-@pytest.mark.parametrize("bad", RMSNORM_BAD, ids=bad_id)
-@invalid_settings(RMSNORM_BAD)
-@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(RMSNORM_BAD, norm_params())
 def test_rmsnorm_rejects_invalid_calls(bad, p, via, d):
     _norm_invalid(bad, p, via, d, False)
 
 
-@pytest.mark.parametrize("bad", FUSED_NORM_BAD, ids=bad_id)
-@invalid_settings(FUSED_NORM_BAD)
-@given(p=norm_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(FUSED_NORM_BAD, norm_params())
 def test_fused_add_rmsnorm_rejects_invalid_calls(bad, p, via, d):
     _norm_invalid(bad, p, via, d, True)
 

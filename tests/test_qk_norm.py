@@ -19,7 +19,7 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import qk_norm, registered_ops, rmsnorm
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import SHARED, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit
+from kernkit.testing.invalid import SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit
 from kernkit.testing.oracle import op_tests
 
 norm = op_tests("norm")
@@ -315,9 +315,7 @@ QK_NORM_BAD = _qk_heads_bad("q") + _qk_heads_bad("k") + _qk_weight_bad("q_weight
 ]
 
 
-@pytest.mark.parametrize("bad", QK_NORM_BAD, ids=bad_id)
-@invalid_settings(QK_NORM_BAD)
-@given(p=qk_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(QK_NORM_BAD, qk_params())
 def test_qk_norm_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.what in ("overlapping heads (expand)", "misaligned") or bad.what.startswith(SHARED):

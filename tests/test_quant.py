@@ -16,7 +16,7 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_quant_fp8, registered_ops
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, bad_id, check_invalid, invalid_settings, meta, neg_bit,
+from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit,
                                      requires_grad)
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
@@ -471,9 +471,7 @@ def quant_bad_args(a: Arena, p: dict, bad: Bad, d, make_args: Callable) -> dict:
     return args
 
 
-@pytest.mark.parametrize("bad", QUANT_BAD, ids=bad_id)
-@invalid_settings(QUANT_BAD)
-@given(p=quant_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(QUANT_BAD, quant_params())
 def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     args = quant_bad_args(a, p, bad, d, quant_args)

@@ -17,8 +17,8 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import registered_ops, rotary_embedding
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, bad_id, check_invalid,
-                                     invalid_settings, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, check_invalid,
+                                     invalid_calls, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import op_tests
 
 store = op_tests("store_cache")
@@ -611,9 +611,7 @@ ROPE_BAD = heads_bad("q") + heads_bad("k") + [
 ]
 
 
-@pytest.mark.parametrize("bad", ROPE_BAD, ids=bad_id)
-@invalid_settings(ROPE_BAD)
-@given(p=rope_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(ROPE_BAD, rope_params())
 def test_rotary_embedding_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.what in ROPE_NEEDS_TWO_TOKENS:

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from kernkit import ops
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, bad_id, check_invalid,
-                                     invalid_settings, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, check_invalid,
+                                     invalid_calls, meta, neg_bit, requires_grad)
 from kernkit.testing.oracle import op_tests
 
 rope = op_tests("rope")
@@ -363,9 +363,7 @@ def _rope_store_call(args: dict, via: str):
     return lambda: torch.ops.kernkit.rotary_embedding_store(*(args[n] for n in names), head_dim=args["head_dim"])
 
 
-@pytest.mark.parametrize("bad", ROPE_STORE_BAD, ids=bad_id)
-@invalid_settings(ROPE_STORE_BAD)
-@given(p=rope_store_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(ROPE_STORE_BAD, rope_store_params())
 def test_rotary_embedding_store_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.what in rope.ROPE_NEEDS_TWO_TOKENS:

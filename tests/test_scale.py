@@ -14,8 +14,8 @@ from kernkit import ops
 from kernkit.jit import JitSpec, load_jit
 from kernkit.ops import registered_ops, scale
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (HUGE, SHARED, VALID, Arena, Bad, bad_id, check_invalid, check_unallocatable,
-                                     claims_huge, invalid_settings, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (HUGE, SHARED, VALID, Arena, Bad, check_invalid, check_unallocatable,
+                                     claims_huge, invalid_calls, meta, neg_bit, requires_grad)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -151,8 +151,7 @@ def scale_case(dtype: torch.dtype, n: int, factor: float, *, offset: int = 0, ou
         gen = generator(name)
         base = scale_input(dtype, n + offset, gen)
         x = base[offset:]
-        # fp32 arithmetic with the factor rounded to fp32, rounded once to the dtype.
-        want = (x.to(torch.float32) * torch.tensor(factor, dtype=torch.float32)).to(dtype)
+        want = ref_scale(x, factor)
         x_d = to_device(base, device)[offset:]
         if out_view:
             buf = scale_input(dtype, n + 2, gen)
@@ -250,9 +249,7 @@ SCALE_BAD = [
 ]
 
 
-@pytest.mark.parametrize("bad", SCALE_BAD, ids=bad_id)
-@invalid_settings(SCALE_BAD)
-@given(p=scale_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(SCALE_BAD, scale_params())
 def test_scale_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.what.startswith(SHARED):

@@ -12,8 +12,8 @@ from kernkit import ops
 from kernkit.ops.kvcache import store_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad, bad_id,
-                                     check_invalid, invalid_settings, meta, neg_bit, other_same_size, requires_grad)
+from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad,
+                                     check_invalid, invalid_calls, meta, neg_bit, other_same_size, requires_grad)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
@@ -406,9 +406,7 @@ def _store_bad() -> list[Bad]:
 STORE_BAD = _store_bad()
 
 
-@pytest.mark.parametrize("bad", STORE_BAD, ids=bad_id)
-@invalid_settings(STORE_BAD)
-@given(p=store_params(), via=st.sampled_from(["op", "custom op"]), d=st.data())
+@invalid_calls(STORE_BAD, store_params())
 def test_store_cache_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     if bad.what.startswith(SHARED):

@@ -12,7 +12,7 @@ guard bytes around and between the rows. The same module draws valid-but-unusual
 (misaligned starts, padded row strides, stride-0 inputs, a table claiming 2**40 rows) and
 compares them with its reference.
 
-Hypothesis runs derandomized (``invalid_settings``, ``VALID``): the same examples every run.
+Hypothesis runs derandomized (``invalid_calls``, ``VALID``): the same examples every run.
 Without a GPU the wrong-device cases are meta tensors (DLPack cannot carry them).
 """
 
@@ -24,20 +24,25 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 INVALID_PER_OP = 240  # at least this many invalid calls per op, spread evenly over its kinds of bad argument
 
 
-def invalid_settings(kinds: list) -> settings:
-    """Each kind of bad argument is its own parametrized test, with examples enough that the op
-    gets ``INVALID_PER_OP`` in all."""
-    return settings(max_examples=-(-INVALID_PER_OP // len(kinds)), deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+def invalid_calls(kinds: list, params: st.SearchStrategy) -> Callable[[Callable], Callable]:
+    """The decorator of an op's invalid-call test ``test(bad, p, via, d)``: one parametrized case
+    per kind of bad argument ``bad`` of ``kinds``, each with examples enough that the op gets
+    ``INVALID_PER_OP`` calls in all; hypothesis draws the op's parameters ``p`` from ``params``,
+    whether to call the plain op or its custom op (``via``), and data ``d`` for the bad value."""
 
+    def wrap(test: Callable) -> Callable:
+        test = given(p=params, via=st.sampled_from(["op", "custom op"]), d=st.data())(test)
+        test = settings(max_examples=-(-INVALID_PER_OP // len(kinds)), deadline=None, derandomize=True, database=None,
+                        suppress_health_check=list(HealthCheck))(test)
+        return pytest.mark.parametrize("bad", kinds, ids=lambda bad: f"{bad.arg}-{bad.what}".replace(" ", "_"))(test)
 
-def bad_id(bad) -> str:
-    return f"{bad.arg}-{bad.what}".replace(" ", "_")
+    return wrap
 
 
 VALID = settings(max_examples=80, deadline=None, derandomize=True, database=None,

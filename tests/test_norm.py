@@ -5,7 +5,8 @@ errors of bad calls (each naming the argument, with nothing written).
 
 Specializations built (each costs an emulator build): bf16 x 4096 (a block per row, 128 threads
 of 4 vectors), bf16 x 1024 (one warp per row), fp16 x 128 (groups of 4 lanes, several rows per
-block), fp32 x 1000 (a block of 64 threads whose last vectors are missing)."""
+block), fp32 x 1000 (a block of 64 threads whose last vectors are missing); each also in
+transformers' order (``cast_x_before_out_mul``)."""
 
 from __future__ import annotations
 
@@ -92,22 +93,42 @@ def row_inv_rms(xf: torch.Tensor, eps: float, itemsize: int, target: int = 4) ->
     return oracle.rsqrt32(oracle.fma32(total, inv_hidden.expand_as(total), eps32.expand_as(total)))
 
 
-def ref_rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, target: int = 4) -> None:
+def _scaled(xf: torch.Tensor, r: torch.Tensor, weight: torch.Tensor, dtype: torch.dtype, cast: bool) -> torch.Tensor:
+    """``(x * inv_rms) * weight`` in fp32, with ``x * inv_rms`` first rounded to ``dtype`` when
+    ``cast`` (``cast_x_before_out_mul``)."""
+    xr = xf * r
+    return (xr.to(dtype).float() if cast else xr) * weight.float()
+
+
+def ref_rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, target: int = 4,
+                cast: bool = False) -> None:
     """``out = (x * inv_rms) * weight`` per row of ``[..., hidden]``, in fp32 with the kernel's
     order of operations (``_row_inv_rms``; ``target`` vectors a thread), rounded once to the
-    dtype: the kernel's bits."""
+    dtype (with ``cast``, also ``x * inv_rms`` before the product): the kernel's bits."""
     xf = x.reshape(-1, x.shape[-1]).float()
     r = row_inv_rms(xf, eps, x.element_size(), target)
-    out.copy_((xf * r * weight.float()).view(x.shape))
+    out.copy_(_scaled(xf, r, weight, x.dtype, cast).view(x.shape))
 
 
-def ref_fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+def ref_fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                          cast: bool = False) -> None:
     """In place: ``s = x + residual`` in fp32; ``residual = s`` rounded to the dtype; ``x`` is
-    ``rmsnorm`` of the fp32 ``s`` (not of its rounded copy), as flashinfer's FusedAddRMSNorm."""
+    ``rmsnorm`` of the fp32 ``s`` (not of its rounded copy), as flashinfer's FusedAddRMSNorm, or
+    with ``cast`` ``rmsnorm(residual, cast=True)`` of the rounded sum (transformers' layer)."""
     s = x.reshape(-1, x.shape[-1]).float() + residual.reshape(-1, x.shape[-1]).float()
+    if cast:
+        s = s.to(x.dtype).float()
     r = row_inv_rms(s, eps, x.element_size())
     residual.copy_(s.view(x.shape))
-    x.copy_((s * r * weight.float()).view(x.shape))
+    x.copy_(_scaled(s, r, weight, x.dtype, cast).view(x.shape))
+
+
+def transformers_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm.forward``, as written there: fp32 statistics, the
+    normalized value rounded to the input's dtype, then the weight's product in that dtype."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
 
 
 def rmsnorm64(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -168,6 +189,56 @@ def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden, rows):
     ref_fused_add_rmsnorm(x1, r1, w, 1e-5)
     fused_add_rmsnorm(x2, r2, w, 1e-5)
     assert torch.equal(x2, x1) and torch.equal(r2, r1)
+
+
+@pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
+def test_cast_x_before_out_mul_bits_equal_the_reference(dtype, hidden):
+    """``cast_x_before_out_mul=True``: the emulator's bits equal the fp32 reference in the
+    kernel's order with ``x * inv_rms`` rounded first, for both ops."""
+    g = torch.Generator().manual_seed(hidden + 1)
+    mag = torch.exp2(torch.randint(-8, 9, (37, 1), generator=g).float())
+    x = (torch.randn(37, hidden, generator=g) * mag).to(dtype)
+    r = (torch.randn(37, hidden, generator=g) * mag).to(dtype)
+    w = torch.randn(hidden, generator=g).to(dtype)
+    want = torch.empty_like(x)
+    ref_rmsnorm(want, x, w, 1e-5, cast=True)
+    assert torch.equal(rmsnorm(x, w, 1e-5, cast_x_before_out_mul=True), want)
+    x1, r1, x2, r2 = x.clone(), r.clone(), x.clone(), r.clone()
+    ref_fused_add_rmsnorm(x1, r1, w, 1e-5, cast=True)
+    fused_add_rmsnorm(x2, r2, w, 1e-5, cast_x_before_out_mul=True)
+    assert torch.equal(x2, x1) and torch.equal(r2, r1)
+    if dtype != fp32:  # the option changes the result (float32: both orders are one)
+        assert not torch.equal(want, rmsnorm(x, w, 1e-5))
+    else:
+        assert torch.equal(want, rmsnorm(x, w, 1e-5))
+
+
+def test_cast_x_before_out_mul_is_transformers_rmsnorm():
+    """Against transformers' RMSNorm as written (torch's own reduction order, so ``inv_rms`` may
+    differ in its last fp32 bit): the option agrees on nearly every element and is within one
+    bfloat16 ulp everywhere, where the default order differs on a large share."""
+    x, w = randn((64, 4096), bf16, 40, scale=3.0), (randn((4096,), bf16, 41) * 0.2 + 1).to(bf16)
+    want = transformers_rmsnorm(x, w, 1e-6)
+    got = rmsnorm(x, w, 1e-6, cast_x_before_out_mul=True)
+    default = rmsnorm(x, w, 1e-6)
+    assert (got == want).float().mean() > 0.999
+    assert ((got.float() - want.float()).abs() <= want.float().abs() * 2.0**-7).all()
+    assert (default != want).float().mean() > 0.1
+    r = randn((64, 4096), bf16, 42)
+    x2, r2 = x.clone(), r.clone()
+    fused_add_rmsnorm(x2, r2, w, 1e-6, cast_x_before_out_mul=True)
+    s = r + x  # transformers' residual add, in bfloat16
+    assert torch.equal(r2, s)
+    assert torch.equal(x2, rmsnorm(s, w, 1e-6, cast_x_before_out_mul=True))
+
+
+def test_cast_x_before_out_mul_must_be_a_bool():
+    x, w = randn((3, 128), fp16, 43), randn((128,), fp16, 44)
+    for bad in (1, "true", None):
+        with pytest.raises(TypeError, match="'cast_x_before_out_mul': expected a bool"):
+            rmsnorm(x, w, cast_x_before_out_mul=bad)
+        with pytest.raises(TypeError, match="'cast_x_before_out_mul': expected a bool"):
+            fused_add_rmsnorm(x.clone(), x.clone(), w, cast_x_before_out_mul=bad)
 
 
 def _nearest_fp32(exact: Fraction, got: torch.Tensor) -> bool:
@@ -479,6 +550,12 @@ def test_specializations_describe_the_builds():
         assert [s.title for s in specs] == ["rmsnorm<bf16_t, 4096, false>", "rmsnorm<bf16_t, 128, false>",
                                             "rmsnorm<fp16_t, 4096, false>", "rmsnorm<fp16_t, 128, false>"]
         assert all(isinstance(s, JitSpec) and s.backend == "emu" for s in specs)
+    for flag in (True, "1", "TRUE"):
+        specs = ops["kernkit::rmsnorm"].specializations(dtypes=[bf16], hidden_size=4096, backend="emu",
+                                                        cast_x_before_out_mul=flag)
+        assert [s.title for s in specs] == ["rmsnorm<bf16_t, 4096, false, true>"]
+    with pytest.raises(TypeError, match="'cast_x_before_out_mul'"):
+        ops["kernkit::rmsnorm"].specializations(dtypes=[bf16], hidden_size=4096, cast_x_before_out_mul="yes")
     with pytest.raises(ValueError, match="hidden size 100"):
         ops["kernkit::rmsnorm"].specializations(dtypes=[bf16], hidden_size=100)
     with pytest.raises(TypeError, match="unsupported dtype"):
@@ -507,13 +584,13 @@ def norm_input(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator)
 
 
 def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: bool = False, row_pad: int = 0,
-              eps: float = 1e-6) -> Case:
+              eps: float = 1e-6, cast: bool = False) -> Case:
     """``rmsnorm`` (or ``fused_add_rmsnorm``, ``fused``) of ``[*lead, hidden]`` rows. ``row_pad``:
     every tensor the op reads or writes is ``[..., :hidden]`` of a buffer ``hidden + row_pad``
     wide (strided rows; the buffers are hashed whole, the padding must stay as it was)."""
     shape = "x".join(map(str, lead)) or "1d"
     name = (f"{'fused_add_rmsnorm' if fused else 'rmsnorm'}/{SHORT[dtype]}-h{hidden}-{shape}-eps{eps!r}"
-            + (f"-pad{row_pad}" if row_pad else ""))
+            + (f"-pad{row_pad}" if row_pad else "") + ("-cast" if cast else ""))
 
     def run(device: torch.device) -> Outputs:
         gen = generator(name)
@@ -530,16 +607,16 @@ def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: 
         w_d = to_device(weight, device)
         r, d = views(ref), views(dev)
         if fused:
-            ref_fused_add_rmsnorm(r["x"], r["residual"], weight, eps)
-            ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps)
+            ref_fused_add_rmsnorm(r["x"], r["residual"], weight, eps, cast=cast)
+            ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps, cast_x_before_out_mul=cast)
         elif row_pad:
-            ref_rmsnorm(r["out"], r["x"], weight, eps)
-            if ops.rmsnorm(d["x"], w_d, eps, out=d["out"]).data_ptr() != d["out"].data_ptr():
+            ref_rmsnorm(r["out"], r["x"], weight, eps, cast=cast)
+            if ops.rmsnorm(d["x"], w_d, eps, out=d["out"], cast_x_before_out_mul=cast).data_ptr() != d["out"].data_ptr():
                 raise AssertionError(f"{name}: rmsnorm(out=...) did not return out")
         else:  # a new output
             want = torch.empty((*lead, hidden), dtype=dtype)
-            ref_rmsnorm(want, r["x"], weight, eps)
-            got = ops.rmsnorm(d["x"], w_d, eps).cpu()
+            ref_rmsnorm(want, r["x"], weight, eps, cast=cast)
+            got = ops.rmsnorm(d["x"], w_d, eps, cast_x_before_out_mul=cast).cpu()
             return {"out": (got, want), "x": (dev["x"].cpu(), ref["x"])}
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
 
@@ -549,7 +626,7 @@ def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: 
 def hash_cases() -> list[Case]:
     """Four builds: bf16 x 4096 (a block of 128 threads per row), fp16 x 5120 (160 threads),
     fp32 x 1000 (64 threads whose last vectors are missing), fp16 x 128 (groups of 4 lanes, 32
-    rows per block)."""
+    rows per block); and, with ``cast_x_before_out_mul``, bf16 x 4096 and fp16 x 128."""
     return [
         norm_case(bf16, 4096, (0,)),
         norm_case(bf16, 4096, ()),
@@ -564,6 +641,10 @@ def hash_cases() -> list[Case]:
         norm_case(fp16, 128, (513,)),
         norm_case(fp16, 128, (19, 8), row_pad=64),
         norm_case(fp16, 128, (513,), fused=True, row_pad=8),
+        norm_case(bf16, 4096, (33,), cast=True),
+        norm_case(bf16, 4096, (7,), fused=True, row_pad=8, cast=True),
+        norm_case(fp16, 128, (19, 8), row_pad=64, cast=True),
+        norm_case(fp16, 128, (513,), fused=True, cast=True),
     ]
 
 

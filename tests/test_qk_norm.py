@@ -4,7 +4,8 @@ float64, q and k as 3-d and 2-d views and as slices of one fused QKV tensor, and
 bad calls (each naming the argument, with nothing written).
 
 Specializations built (each costs an emulator build): bf16 x 128 (8 lanes a head), fp16 x 64
-(4 lanes), fp32 x 256 (16 lanes), bf16 x 1024 (a warp of 4 vectors a lane)."""
+(4 lanes), fp32 x 256 (16 lanes), bf16 x 1024 (a warp of 4 vectors a lane), each in both orders
+(``cast_x_before_out_mul``)."""
 
 from __future__ import annotations
 
@@ -33,16 +34,17 @@ BUILDS = [(bf16, 128), (fp16, 64), (fp32, 256), (bf16, 1024)]
 # ----- the reference: what the kernel must compute
 
 
-def ref_qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float) -> None:
+def ref_qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                cast: bool = False) -> None:
     """In place, ``rmsnorm`` of each head of ``q`` (``[tokens, heads, head_dim]`` or
     ``[tokens, heads * head_dim]``) and of ``k``, with ``qk_norm_kernel``'s layout: 2 vectors a
-    thread, or as many as keep a head inside one warp."""
+    thread, or as many as keep a head inside one warp; ``cast`` is ``cast_x_before_out_mul``."""
     head_dim = q_weight.shape[0]
     vecs = head_dim * q.element_size() // 16
     target = max(2, -(-vecs // 32))
     for t, w in ((q, q_weight), (k, k_weight)):
         heads = t.unflatten(-1, (-1, head_dim)) if t.dim() == 2 else t
-        norm.ref_rmsnorm(heads, heads.clone(), w, eps, target)
+        norm.ref_rmsnorm(heads, heads.clone(), w, eps, target, cast)
 
 
 def randn(shape, dtype, seed, scale=1.0):
@@ -73,6 +75,35 @@ def test_bits_equal_the_reference_and_v_is_untouched(dtype, head_dim, tokens):
     assert qk_norm(q, k, wq, wk) is None
     assert torch.equal(as_bytes(q), as_bytes(want_q)) and torch.equal(as_bytes(k), as_bytes(want_k))
     assert torch.equal(as_bytes(qkv[:, 6 * head_dim:]), as_bytes(v))
+
+
+@pytest.mark.parametrize("dtype,head_dim", BUILDS, ids=str)
+def test_cast_x_before_out_mul_bits_equal_the_reference(dtype, head_dim):
+    """transformers' order (``cast_x_before_out_mul=True``): the reference's bits, a result the
+    default order does not give for 16-bit types."""
+    qkv, q, k = fused_qkv(37, 4, 2, head_dim, dtype, head_dim + 99)
+    wq, wk = randn((head_dim,), dtype, 1), randn((head_dim,), dtype, 2)
+    want_q, want_k, plain_q = q.clone(), k.clone(), q.clone()
+    ref_qk_norm(want_q, want_k, wq, wk, 1e-6, cast=True)
+    qk_norm(q, k, wq, wk, cast_x_before_out_mul=True)
+    assert torch.equal(as_bytes(q), as_bytes(want_q)) and torch.equal(as_bytes(k), as_bytes(want_k))
+    qk_norm(plain_q, k.clone(), wq, wk)
+    assert torch.equal(plain_q, q) == (dtype == fp32)
+
+
+def test_cast_x_before_out_mul_is_qwen3s_norm():
+    """Against transformers' RMSNorm applied per head (``Qwen3Attention``'s ``q_norm``), as written
+    there: all but a few elements equal (torch sums the squares in another order), none further
+    than one bfloat16 ulp."""
+    q, k = randn((16, 8, 128), bf16, 70, scale=3.0), randn((16, 2, 128), bf16, 71)
+    wq, wk = randn((128,), bf16, 72), randn((128,), bf16, 73)
+    want = [norm.transformers_rmsnorm(t, w, 1e-6) for t, w in ((q, wq), (k, wk))]
+    qk_norm(q, k, wq, wk, 1e-6, cast_x_before_out_mul=True)
+    for got, ref in zip((q, k), want):
+        assert (got == ref).float().mean() > 0.999
+        assert ((got.float() - ref.float()).abs() <= ref.float().abs() * 2.0**-7).all()
+    with pytest.raises(TypeError, match="'cast_x_before_out_mul': expected a bool"):
+        qk_norm(q, k, wq, wk, cast_x_before_out_mul=1)
 
 
 @pytest.mark.parametrize("dtype,head_dim", BUILDS, ids=str)
@@ -200,10 +231,11 @@ def test_rmsnorm_and_qk_norm_agree_within_the_bound():
 
 
 def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k_heads: int, *,
-                 k_2d: bool = False) -> Case:
+                 k_2d: bool = False, cast: bool = False) -> Case:
     """``qk_norm`` of q and k sliced from one fused QKV buffer (3-d q, 3-d or 2-d k); the whole
     buffer is hashed, so v's columns must stay as they were."""
-    name = f"qk_norm/{SHORT[dtype]}-d{head_dim}-t{tokens}-q{q_heads}k{k_heads}" + ("-k2d" if k_2d else "")
+    name = (f"qk_norm/{SHORT[dtype]}-d{head_dim}-t{tokens}-q{q_heads}k{k_heads}" + ("-k2d" if k_2d else "")
+            + ("-cast" if cast else ""))
 
     def run(device: torch.device) -> Outputs:
         gen = generator(name)
@@ -217,8 +249,8 @@ def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k
                 k if k_2d else k.view(tokens, k_heads, head_dim))
 
         ref, dev = qkv.clone(), to_device(qkv, device)
-        ref_qk_norm(*views(ref), wq, wk, 1e-6)
-        ops.qk_norm(*views(dev), to_device(wq, device), to_device(wk, device), 1e-6)
+        ref_qk_norm(*views(ref), wq, wk, 1e-6, cast)
+        ops.qk_norm(*views(dev), to_device(wq, device), to_device(wk, device), 1e-6, cast_x_before_out_mul=cast)
         return {"qkv": (dev.cpu(), ref)}
 
     return Case(name, "norm/qk_norm.cuh", run)
@@ -226,7 +258,7 @@ def qk_norm_case(dtype: torch.dtype, head_dim: int, tokens: int, q_heads: int, k
 
 def hash_cases() -> list[Case]:
     """bf16 x 128 (8 lanes a head), fp16 x 64 (4 lanes), fp32 x 256 (16 lanes), bf16 x 1024 (a
-    warp of 4 vectors a lane)."""
+    warp of 4 vectors a lane); bf16 x 128 and fp16 x 64 also with ``cast_x_before_out_mul``."""
     return [
         qk_norm_case(bf16, 128, 0, 8, 1),
         qk_norm_case(bf16, 128, 1, 8, 1),
@@ -234,6 +266,8 @@ def hash_cases() -> list[Case]:
         qk_norm_case(fp16, 64, 9, 4, 4),
         qk_norm_case(fp32, 256, 5, 3, 1, k_2d=True),
         qk_norm_case(bf16, 1024, 3, 2, 1),
+        qk_norm_case(bf16, 128, 37, 16, 2, k_2d=True, cast=True),
+        qk_norm_case(fp16, 64, 9, 4, 4, cast=True),
     ]
 
 

@@ -31,43 +31,67 @@ def _check_hidden(dtype: torch.dtype, hidden: int) -> None:
                          f"multiple of {vec} elements (16 bytes) and at most {MAX_ROW_BYTES // dtype.itemsize}")
 
 
-def norm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None) -> JitSpec:
+def as_flag(value: object) -> bool:
+    """A bool given to ``warmup`` or ``available`` as a bool or as ``0``/``1``/``true``/``false``
+    (any case); anything else raises a ``TypeError`` naming ``cast_x_before_out_mul``."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower()
+    if text not in ("0", "1", "true", "false"):
+        raise TypeError(f"'cast_x_before_out_mul': expected a bool (or 0/1/true/false), got {value!r}")
+    return text in ("1", "true")
+
+
+def norm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None,
+              cast_x_before_out_mul: bool = False) -> JitSpec:
     """The build of one specialization of both norm ops, for rows of ``hidden`` elements of
-    ``dtype``: the factory below and ``warmup`` share it."""
+    ``dtype``, in kernkit's order or (``cast_x_before_out_mul``) transformers': the factory
+    below and ``warmup`` share it. The default order keeps the template arguments it always had."""
     if dtype not in NORM_DTYPES:
         raise TypeError(f"'x': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     _check_hidden(dtype, hidden)
-    args = make_cpp_args(dtype, hidden, backend != "emu" and is_arch_support_pdl())
+    cast = (True,) if cast_x_before_out_mul else ()
+    args = make_cpp_args(dtype, hidden, backend != "emu" and is_arch_support_pdl(), *cast)
     return JitSpec.make("rmsnorm", *args, cuda_files=["norm/rmsnorm.cuh"],
                         cuda_wrappers=[("rmsnorm", f"rmsnorm<{args}>"),
                                        ("fused_add_rmsnorm", f"fused_add_rmsnorm<{args}>")], backend=backend)
 
 
 @cache_once
-def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
-    # Runs once per (dtype, hidden, device kind): the dtype and hidden size are checked here.
-    return norm_spec(dtype, hidden, None if is_cuda else "emu").build_and_load()
+def _module(dtype: torch.dtype, hidden: int, is_cuda: bool, cast_x_before_out_mul: bool):
+    # Runs once per (dtype, hidden, device kind, order): the dtype and hidden size are checked here.
+    return norm_spec(dtype, hidden, None if is_cuda else "emu", cast_x_before_out_mul).build_and_load()
 
 
-def _out(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def check_cast_flag(cast_x_before_out_mul: object) -> None:
+    """A ``TypeError`` unless ``cast_x_before_out_mul`` is a bool: checked per call (as rope's
+    ``is_neox``), since the memo would take ``1`` for ``True``."""
+    if type(cast_x_before_out_mul) is not bool:
+        raise TypeError(f"'cast_x_before_out_mul': expected a bool, got {type(cast_x_before_out_mul).__name__}")
+
+
+def _out(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+         cast_x_before_out_mul: bool = False) -> torch.Tensor:
     # empty_like takes less Python time per call than torch.empty(x.shape, dtype=..., device=...)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = NORM_DTYPES, head_dim: int | None = None,
-                     backend: str | None = None, **unused: object) -> list[JitSpec]:
+                     backend: str | None = None, cast_x_before_out_mul: object = False,
+                     **unused: object) -> list[JitSpec]:
     """Builds for a model: rows of ``hidden_size`` (the layer norms) and, when given, of
-    ``head_dim`` (a per-head q/k norm, as Qwen3's), for each dtype; the other model-shape
-    keywords are not needed."""
+    ``head_dim`` (a per-head q/k norm, as Qwen3's), for each dtype, in the order
+    ``cast_x_before_out_mul`` names (``as_flag``); the other model-shape keywords are not needed."""
     sizes = [s for s in dict.fromkeys((hidden_size, head_dim)) if s is not None]
-    return [norm_spec(d, s, backend) for d in dict.fromkeys(dtypes) for s in sizes]
+    cast = as_flag(cast_x_before_out_mul)
+    return [norm_spec(d, s, backend, cast) for d in dict.fromkeys(dtypes) for s in sizes]
 
 
 @register_op(fake=_out, specializations=_specializations)
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
-            out: Optional[torch.Tensor] = None) -> torch.Tensor:
+            out: Optional[torch.Tensor] = None, cast_x_before_out_mul: bool = False) -> torch.Tensor:
     """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in fp32, rounded once
-    to ``x.dtype``.
+    to ``x.dtype``; or, with ``cast_x_before_out_mul``, in transformers' order.
 
     The sum of squares is accumulated in fp32 in a fixed order (each thread's squares per vector
     position by fused multiply-adds, those sums by a fixed tree, then the row's threads by a
@@ -82,6 +106,15 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     That holds while the squares stay in fp32's normal range (roughly ``1e-19 < |x| < 1e19``):
     a row whose squares overflow gives zeros, and ``eps = 0`` with a row of zeros gives NaN (as
     the formula does). The GPU and the CPU emulator give the same bits.
+
+    With ``cast_x_before_out_mul=True`` the product is ``weight * (x * inv_rms).to(dtype)``, as
+    transformers' ``LlamaRMSNorm`` (and sglang 0.5.23's option of the same name) computes it:
+    ``x * inv_rms`` is rounded to the dtype before the weight multiplies it, then the product
+    is rounded again (a product of two float16 or bfloat16 values is exact in fp32, so the
+    second rounding is the one a torch multiply of two such tensors makes). For float32 both
+    orders give the same bits. Each rounding adds at most ``u * |value|``, so the bound above
+    becomes ``(2 * u + u**2 + 128 * 2**-24) * |ref| + tiny``. The GPU and the emulator again give
+    the same bits.
 
     Parameters
     ----------
@@ -100,6 +133,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
         Optional, of ``x``'s shape and dtype, rows may be strided. ``out=x`` normalizes in
         place (each row is read whole before any of it is written); any other ``out`` shares no
         memory with ``x`` or ``weight``.
+    cast_x_before_out_mul
+        A bool: round ``x * inv_rms`` to the dtype before the weight multiplies it
+        (transformers' order; a build of its own).
 
     Returns
     -------
@@ -112,14 +148,16 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     >>> w = torch.ones(4096, dtype=torch.bfloat16)
     >>> y = rmsnorm(x, w, 1e-6)  # doctest: +SKIP
     """
+    check_cast_flag(cast_x_before_out_mul)
     if out is None:
         out = _out(x, weight, eps)
-    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda).rmsnorm(out, x, weight, eps)
+    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda, cast_x_before_out_mul).rmsnorm(out, x, weight, eps)
     return out
 
 
 @register_op(mutates_args=("x", "residual"), specializations=_specializations)
-def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> None:
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+                      cast_x_before_out_mul: bool = False) -> None:
     """In place: ``residual = x + residual``, then ``x = rmsnorm(residual) * weight``, as
     sglang's ``fused_add_rmsnorm`` (flashinfer's FusedAddRMSNorm kernel) computes it.
 
@@ -129,6 +167,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     ``rmsnorm`` of the fp32 sum, which for float16/bfloat16 can differ in the last bit from
     ``rmsnorm(residual)`` of the stored residual. The tolerance of ``x`` against a float64
     evaluation (of the fp32 sum) is that of ``rmsnorm``.
+
+    With ``cast_x_before_out_mul=True`` it computes what transformers' decoder layer does with
+    ``residual = residual + x`` then ``RMSNorm(residual)``: ``residual`` is the same rounded sum,
+    ``x`` is ``rmsnorm(residual, weight, eps, cast_x_before_out_mul=True)`` of that rounded sum,
+    bit for bit.
 
     Parameters
     ----------
@@ -142,6 +185,9 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         ``[hidden]``, contiguous, of ``x``'s dtype.
     eps
         Added to the mean of squares; finite and >= 0.
+    cast_x_before_out_mul
+        A bool: normalize the rounded sum and round ``s * inv_rms`` to the dtype before the
+        weight multiplies it (transformers' order; a build of its own).
 
     Returns
     -------
@@ -152,4 +198,6 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     >>> x, residual = torch.randn(2, 16, 4096, dtype=torch.bfloat16)
     >>> fused_add_rmsnorm(x, residual, torch.ones(4096, dtype=torch.bfloat16))  # doctest: +SKIP
     """
-    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda).fused_add_rmsnorm(x, residual, weight, eps)
+    check_cast_flag(cast_x_before_out_mul)
+    _module(x.dtype, x.shape[-1] if x.ndim else -1, x.is_cuda, cast_x_before_out_mul).fused_add_rmsnorm(
+        x, residual, weight, eps)

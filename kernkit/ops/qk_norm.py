@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from .norm import check_cast_flag, as_flag
 from .registry import register_op
 
 #: The dtypes ``qk_norm`` is specialized for.
@@ -17,34 +18,39 @@ QK_NORM_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 QK_NORM_HEAD_DIMS = (64, 128, 256, 512, 1024)
 
 
-def qk_norm_spec(dtype: torch.dtype, head_dim: int, backend: str | None = None) -> JitSpec:
+def qk_norm_spec(dtype: torch.dtype, head_dim: int, backend: str | None = None,
+                 cast_x_before_out_mul: bool = False) -> JitSpec:
     """The build of one ``qk_norm`` specialization, for heads of ``head_dim`` elements of
-    ``dtype``: the factory below and ``warmup`` share it."""
+    ``dtype``, in kernkit's order or (``cast_x_before_out_mul``) transformers': the factory
+    below and ``warmup`` share it."""
     if dtype not in QK_NORM_DTYPES:
         raise TypeError(f"'q': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     if head_dim not in QK_NORM_HEAD_DIMS:
         raise ValueError(f"'q_weight': head_dim {head_dim} (the weight's length) is not supported; supported: "
                          f"{', '.join(map(str, QK_NORM_HEAD_DIMS))}")
-    args = make_cpp_args(dtype, head_dim, backend != "emu" and is_arch_support_pdl())
+    cast = (True,) if cast_x_before_out_mul else ()
+    args = make_cpp_args(dtype, head_dim, backend != "emu" and is_arch_support_pdl(), *cast)
     return JitSpec.make("qk_norm", *args, cuda_files=["norm/qk_norm.cuh"],
                         cuda_wrappers=[("qk_norm", f"qk_norm<{args}>")], backend=backend)
 
 
 @cache_once
-def _module(dtype: torch.dtype, head_dim: int, is_cuda: bool):
-    # Runs once per (dtype, head_dim, device kind): both are checked here.
-    return qk_norm_spec(dtype, head_dim, None if is_cuda else "emu").build_and_load()
+def _module(dtype: torch.dtype, head_dim: int, is_cuda: bool, cast_x_before_out_mul: bool):
+    # Runs once per (dtype, head_dim, device kind, order): dtype and head_dim are checked here.
+    return qk_norm_spec(dtype, head_dim, None if is_cuda else "emu", cast_x_before_out_mul).build_and_load()
 
 
 def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, backend: str | None = None,
-                     **unused: object) -> list[JitSpec]:
-    """The builds a model needs: one per dtype, for its ``head_dim``."""
-    return [qk_norm_spec(d, head_dim, backend) for d in dict.fromkeys(dtypes)]
+                     cast_x_before_out_mul: object = False, **unused: object) -> list[JitSpec]:
+    """The builds a model needs: one per dtype, for its ``head_dim``, in the order
+    ``cast_x_before_out_mul`` names (a bool or ``0``/``1``/``true``/``false``)."""
+    cast = as_flag(cast_x_before_out_mul)
+    return [qk_norm_spec(d, head_dim, backend, cast) for d in dict.fromkeys(dtypes)]
 
 
 @register_op(mutates_args=("q", "k"), specializations=_specializations)
 def qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-            eps: float = 1e-6) -> None:
+            eps: float = 1e-6, *, cast_x_before_out_mul: bool = False) -> None:
     """In place, ``rmsnorm`` of every head of ``q`` with ``q_weight`` and of every head of ``k``
     with ``k_weight``, in one launch, as sglang's ``fused_inplace_qknorm``.
 
@@ -52,7 +58,8 @@ def qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: 
     states. A head is spread over twice the threads of an ``rmsnorm`` row of the same length
     (faster for short rows), so its sum of squares is added in another fixed order and a result
     can differ from ``rmsnorm(q, wq, out=q)`` in the last bit. The GPU and the CPU emulator give
-    the same bits.
+    the same bits. ``cast_x_before_out_mul`` is ``rmsnorm``'s option: transformers' order
+    (Qwen3's ``q_norm``/``k_norm`` are its RMSNorm), with ``rmsnorm``'s bound for that order.
 
     Parameters
     ----------
@@ -72,6 +79,9 @@ def qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: 
         ``[head_dim]``, contiguous, of ``q``'s dtype.
     eps
         Added to the mean of squares; finite and >= 0.
+    cast_x_before_out_mul
+        A bool: round ``x * inv_rms`` to the dtype before the weight multiplies it
+        (transformers' order; a build of its own).
 
     Returns
     -------
@@ -85,4 +95,6 @@ def qk_norm(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: 
     >>> w = torch.ones(128, dtype=torch.bfloat16)
     >>> qk_norm(q, k, w, w)  # doctest: +SKIP
     """
-    _module(q.dtype, q_weight.shape[-1] if q_weight.ndim else -1, q.is_cuda).qk_norm(q, k, q_weight, k_weight, eps)
+    check_cast_flag(cast_x_before_out_mul)
+    _module(q.dtype, q_weight.shape[-1] if q_weight.ndim else -1, q.is_cuda, cast_x_before_out_mul).qk_norm(
+        q, k, q_weight, k_weight, eps)

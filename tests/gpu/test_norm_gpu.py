@@ -187,3 +187,21 @@ def test_cpu_tensors_next_to_cuda_ones_are_rejected():
         rmsnorm(x, torch.ones(128).half())
     with pytest.raises(ValueError, match="residual"):
         fused_add_rmsnorm(x, torch.empty(4, 128).half(), torch.ones(128, device="cuda").half())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows", [1, 33, 1000])
+def test_cast_x_before_out_mul_bits_equal_the_reference(dtype, rows):
+    """transformers' order, both ops: the GPU gives the CPU reference's bits."""
+    for hidden in (4096, 128):
+        g = torch.Generator().manual_seed(rows + hidden + 1)
+        x = (torch.randn(rows, hidden, generator=g) * 3).to(dtype)
+        r = torch.randn(rows, hidden, generator=g).to(dtype)
+        w = torch.randn(hidden, generator=g).to(dtype)
+        want = torch.empty_like(x)
+        norm.ref_rmsnorm(want, x, w, 1e-6, cast=True)
+        assert torch.equal(rmsnorm(x.cuda(), w.cuda(), 1e-6, cast_x_before_out_mul=True).cpu(), want)
+        x1, r1, x2, r2 = x.clone(), r.clone(), x.cuda(), r.cuda()
+        norm.ref_fused_add_rmsnorm(x1, r1, w, 1e-6, cast=True)
+        fused_add_rmsnorm(x2, r2, w.cuda(), 1e-6, cast_x_before_out_mul=True)
+        assert torch.equal(x2.cpu(), x1) and torch.equal(r2.cpu(), r1)

@@ -90,3 +90,17 @@ def test_cpu_weight_next_to_cuda_heads_is_refused():
     with pytest.raises(ValueError, match="'q_weight'"):
         qk_norm(q, k, torch.ones(64, dtype=torch.float16), torch.ones(64, device="cuda", dtype=torch.float16))
     assert (q == 1).all() and (k == 1).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_cast_x_before_out_mul_bits_equal_the_reference(dtype, head_dim):
+    """transformers' order: the GPU gives the CPU reference's bits, as the emulator does."""
+    qkv, views = fused_qkv(33, 32, 8, head_dim, dtype, head_dim + 5)
+    g = torch.Generator().manual_seed(head_dim)
+    wq, wk = (torch.randn(head_dim, generator=g).to(dtype) for _ in range(2))
+    want = qkv.clone()
+    qk.ref_qk_norm(*views(want), wq, wk, 1e-6, cast=True)
+    dev = qkv.cuda()
+    qk_norm(*views(dev), wq.cuda(), wk.cuda(), cast_x_before_out_mul=True)
+    assert torch.equal(dev.cpu(), want)

@@ -1,5 +1,5 @@
 /// \file qk_norm.cuh
-/// \brief `qk_norm<T, kHeadDim, kUsePDL>`: in place, RMS normalization of every head of q and of
+/// \brief `qk_norm<T, kHeadDim, kUsePDL, kCastXFirst>`: in place, RMS normalization of every head of q and of
 /// k (Qwen3's q/k norm before rope), each with its own weight, in one launch.
 ///
 /// Each head is a row of `rmsnorm_kernel`'s arithmetic (`device::norm::rmsnorm_row`), with a
@@ -61,8 +61,9 @@ struct QKNormParams {
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHeadDim Elements per head.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
 /// \param p The heads.
-template <typename T, int64_t kHeadDim, bool kUsePDL>
+template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst>
 __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThreads)
     qk_norm_kernel(const QKNormParams p) {
   using Layout = device::norm::QKLayout<T, kHeadDim>;
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThr
               : static_cast<T*>(p.k) + token * p.k_token_stride + (head - p.q_heads) * p.k_head_stride;
   const T* weight = static_cast<const T*>(is_q ? p.q_weight : p.k_weight);
   constexpr int64_t kTarget = device::norm::qk_target_vecs<T, kHeadDim>();
-  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, kTarget>(x, x, weight, active, lane, p.eps, smem);
+  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, kTarget, kCastXFirst>(x, x, weight, active, lane, p.eps, smem);
 }
 
 namespace host {
@@ -113,13 +114,15 @@ inline rows::HeadsView verify_qk_heads(const tvm::ffi::TensorView& t, const char
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHeadDim Elements per head.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it
+/// (transformers' order; the default multiplies in fp32 and rounds once).
 /// \param q `[tokens, q_heads, kHeadDim]` or `[tokens, q_heads * kHeadDim]`, normalized in place;
 /// any token and head strides that keep the heads apart and on 16-byte boundaries.
 /// \param k The same for k's heads, with q's tokens; shares no memory with q.
 /// \param q_weight `[kHeadDim]`, contiguous.
 /// \param k_weight `[kHeadDim]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHeadDim, bool kUsePDL>
+template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst = false>
 void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView q_weight,
              tvm::ffi::TensorView k_weight, float eps) {
   using namespace host;
@@ -148,7 +151,7 @@ void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorVie
                             static_cast<uint32_t>(qh.heads), static_cast<uint32_t>(heads),
                             static_cast<uint32_t>(n * heads), eps};
   LaunchKernel(rows::grid_blocks(n * heads, Layout::kRowsPerBlock, "q"), Layout::kBlockThreads, dev)
-      .enable_pdl(kUsePDL)(qk_norm_kernel<T, kHeadDim, kUsePDL>, params);
+      .enable_pdl(kUsePDL)(qk_norm_kernel<T, kHeadDim, kUsePDL, kCastXFirst>, params);
 }
 
 }  // namespace kernkit

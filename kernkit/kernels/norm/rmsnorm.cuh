@@ -1,5 +1,5 @@
 /// \file rmsnorm.cuh
-/// \brief `rmsnorm<T, kHidden, kUsePDL>` and `fused_add_rmsnorm<T, kHidden, kUsePDL>`: RMS
+/// \brief `rmsnorm<T, kHidden, kUsePDL, kCastXFirst>` and `fused_add_rmsnorm<...>`: RMS
 /// normalization of rows of `kHidden` elements, `y = x / sqrt(mean(x^2) + eps) * weight`, and the
 /// residual-add variant that sglang calls through flashinfer's FusedAddRMSNorm.
 ///
@@ -145,6 +145,22 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
   return __frsqrt_rn(__fmaf_rn(sum_sq, kInvHidden, eps));
 }
 
+/// \brief `x` rounded to `T` and widened back to fp32 when `kRound` (the value a tensor of `T`
+/// would hold: transformers' RMSNorm rounds `x * inv_rms` so before it multiplies by the
+/// weight), else `x` itself.
+/// \tparam T Element type.
+/// \tparam kRound Whether to round.
+/// \param x The fp32 value.
+/// \return The value used next.
+template <typename T, bool kRound>
+KERNKIT_DEVICE float rounded_if(float x) {
+  if constexpr (kRound) {
+    return cast<fp32_t>(cast<T>(x));
+  } else {
+    return x;
+  }
+}
+
 /// \brief Normalize one row with its thread group, the body of `rmsnorm_kernel` (and of
 /// `qk_norm_kernel`): `dst = src * inv_rms(src) * weight` in fp32, rounded once to `T`.
 ///
@@ -153,12 +169,14 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// `kVecN` partial sums by a fixed tree (`tree_sum`); every step is IEEE-rounded, so that torch
 /// can reproduce it (`kernkit/testing/oracle.py`). Then the row's threads combine their sums
 /// (`row_sum`), and `inv_rms` gives the factor. The product is `(x * inv_rms) * weight`, the
-/// order flashinfer's RMSNorm uses. Every thread of the block calls it (block-wide rows
+/// order flashinfer's RMSNorm uses; with `kCastXFirst`, `x * inv_rms` is rounded to `T` before
+/// the weight multiplies it (transformers' order). Every thread of the block calls it (block-wide rows
 /// synchronize); `active` false for a group past the last row, which reads and writes nothing.
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \tparam kTargetVecs The layout's vectors per thread (`NormLayout`).
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
 /// \param dst The row written: `src` itself (in place; so neither is `__restrict__`), or memory
 /// `src` does not share.
 /// \param src The row read.
@@ -167,7 +185,7 @@ KERNKIT_DEVICE float inv_rms(float sum_sq, float eps) {
 /// \param lane The thread's index in its row's group.
 /// \param eps Added to the mean of squares.
 /// \param smem Shared memory for 32 floats.
-template <typename T, int64_t kHidden, bool kUsePDL, int64_t kTargetVecs = 4>
+template <typename T, int64_t kHidden, bool kUsePDL, int64_t kTargetVecs = 4, bool kCastXFirst = false>
 KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weight, bool active, int32_t lane,
                                 float eps, float* smem) {
   using Layout = NormLayout<T, kHidden, kTargetVecs>;
@@ -209,7 +227,7 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float xr = __fmul_rn(element_fp32(v[i], k), r);
+          const float xr = rounded_if<T, kCastXFirst>(__fmul_rn(element_fp32(v[i], k), r));
           y[k] = cast<T>(__fmul_rn(xr, element_fp32(w[i], k)));
         }
         y.store(dst, j);
@@ -225,6 +243,7 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
 /// \param out Row 0 of the output: `x` itself (in place), or memory `x` does not share.
 /// \param x Row 0 of the input.
 /// \param weight `kHidden` elements.
@@ -232,7 +251,7 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
 /// \param x_stride Elements between input rows.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     rmsnorm_kernel(T* out, const T* x, const T* __restrict__ weight, int64_t out_stride,
                    int64_t x_stride, int64_t num_rows, float eps) {
@@ -243,8 +262,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // A group past the last row still takes part in the shuffles of its warp; it reads nothing.
   const bool active = row < num_rows;
   const int64_t r = active ? row : 0;
-  device::norm::rmsnorm_row<T, kHidden, kUsePDL>(out + r * out_stride, x + r * x_stride, weight, active, lane, eps,
-                                                  smem);
+  device::norm::rmsnorm_row<T, kHidden, kUsePDL, 4, kCastXFirst>(out + r * out_stride, x + r * x_stride, weight,
+                                                                  active, lane, eps, smem);
 }
 
 /// \brief In place, per row: `residual = x + residual` (the fp32 sum rounded to `T`), then
@@ -252,10 +271,13 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 ///
 /// This is what flashinfer's FusedAddRMSNorm kernel (which sglang calls) does: it stores the
 /// rounded sum to `residual` and keeps the fp32 sum (staged in shared memory there, in registers
-/// here) for the normalization.
+/// here) for the normalization. With `kCastXFirst` it normalizes the rounded sum instead, and
+/// rounds `s * inv_rms(s)` to `T` before the weight multiplies it: transformers' decoder layer
+/// (`residual = residual + x`, a tensor of `T`, then its RMSNorm).
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
 /// \param x Row 0 of `x`: read, then overwritten with the normalized sum.
 /// \param residual Row 0 of `residual`: read, then overwritten with the sum.
 /// \param weight `kHidden` elements.
@@ -263,7 +285,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 /// \param residual_stride Elements between rows of `residual`.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     fused_add_rmsnorm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                              int64_t x_stride, int64_t residual_stride, int64_t num_rows, float eps) {
@@ -296,7 +318,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
       if (Layout::kExact || j < Layout::kVecs) {
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          const float f = __fadd_rn(device::element_fp32(a[i], k), device::element_fp32(b[i], k));
+          const float f = device::norm::rounded_if<T, kCastXFirst>(
+              __fadd_rn(device::element_fp32(a[i], k), device::element_fp32(b[i], k)));
           s[i][k] = f;
           device::norm::add_square(acc[k], f, i);
           b[i][k] = device::cast<T>(f);
@@ -316,7 +339,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
         vec_t y;
         KERNKIT_UNROLL
         for (int32_t k = 0; k < Layout::kVecN; ++k) {
-          y[k] = device::cast<T>(__fmul_rn(__fmul_rn(s[i][k], r), device::element_fp32(w[i], k)));
+          const float xn = device::norm::rounded_if<T, kCastXFirst>(__fmul_rn(s[i][k], r));
+          y[k] = device::cast<T>(__fmul_rn(xn, device::element_fp32(w[i], k)));
         }
         y.store(xr, j);
       }
@@ -408,12 +432,14 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row: a positive multiple of 16 bytes.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it
+/// (transformers' order; the default multiplies in fp32 and rounds once).
 /// \param out `[..., kHidden]` of x's shape, written; rows may be strided; `x` itself (in place),
 /// or memory shared with neither `x` nor `weight`.
 /// \param x `[..., kHidden]`; rows may be strided (the leading dimensions must collapse).
 /// \param weight `[kHidden]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHidden, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false>
 void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorView weight, float eps) {
   using namespace host;
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
@@ -432,7 +458,7 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(out), data_ptr<const T>(x),
+      .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst>, data_ptr<T>(out), data_ptr<const T>(x),
                            data_ptr<const T>(weight), a.other.row_stride, a.x.row_stride, n, eps);
 }
 
@@ -441,12 +467,14 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kHidden Elements per row: a positive multiple of 16 bytes.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \tparam kCastXFirst Whether the rounded sum is normalized and `s * inv_rms` rounded to `T`
+/// before the weight multiplies it (transformers' order; the default keeps both in fp32).
 /// \param x `[..., kHidden]`, read and overwritten; rows may be strided.
 /// \param residual x's shape, read and overwritten with `x + residual`; shares no memory with
 /// `x` or `weight`.
 /// \param weight `[kHidden]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHidden, bool kUsePDL>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false>
 void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tvm::ffi::TensorView weight,
                        float eps) {
   using namespace host;
@@ -458,7 +486,7 @@ void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tv
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
   LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL>, data_ptr<T>(x), data_ptr<T>(residual),
+      .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst>, data_ptr<T>(x), data_ptr<T>(residual),
                            data_ptr<const T>(weight), a.x.row_stride, a.other.row_stride, n, eps);
 }
 

@@ -98,14 +98,14 @@ def test_prefill_and_decode_logits_within_the_stated_tolerance(family, dtype, op
     ids = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
     ref_cache, cache = DynamicCache(config=ref.config), DynamicCache(config=m.config)
     with torch.no_grad():
-        want = ref(ids, past_key_values=ref_cache, use_cache=True).logits
-        got = m(ids, past_key_values=cache, use_cache=True).logits
+        want = ref(ids, cache=ref_cache, use_cache=True).logits
+        got = m(ids, cache=cache, use_cache=True).logits
         calls = dict(op_calls)
         for step in range(9):
             assert rel_error(got, want) <= TOLERANCE[dtype], f"step {step}"
             token = want[:, -1:].argmax(-1)  # both fed the same tokens
-            want = ref(token, past_key_values=ref_cache, use_cache=True).logits
-            got = m(token, past_key_values=cache, use_cache=True).logits
+            want = ref(token, cache=ref_cache, use_cache=True).logits
+            got = m(token, cache=cache, use_cache=True).logits
     # One forward of 2 layers: the first layer's norms and the final norm alone, the second
     # layer's residual add and norm fused; rotary, the MLP and Qwen3's q/k norms once a layer.
     assert calls == {"rmsnorm": 4, "fused_add_rmsnorm": 1, "rotary_embedding": 2, "silu_and_mul": 2,
@@ -202,6 +202,18 @@ def test_training_mode_and_grads_are_refused():
     m = model("llama")
     m.model.layers[1].mlp.up_proj.weight.requires_grad_(True)
     _refused(m, kit.PatchError, r"'model.layers.1.mlp.up_proj.weight' requires grad.*requires_grad_\(False\)")
+
+
+def test_a_transformers_whose_layers_take_past_key_values_is_refused(monkeypatch):
+    """transformers before 5.25 hands its layers the cache as ``past_key_values``: kernkit's
+    forwards, which take ``cache``, would run without it."""
+    from transformers.models.llama import modeling_llama
+
+    def older(self, hidden_states, attention_mask=None, position_ids=None, past_key_values=None, **kwargs):
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(modeling_llama.LlamaDecoderLayer, "forward", older)
+    _refused(model("llama"), kit.PatchError, r"past_key_values.*transformers 5.25 or newer")
 
 
 def test_dtypes_and_devices_the_ops_refuse():

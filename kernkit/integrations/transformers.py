@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -103,7 +104,7 @@ def _mlp_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def _attention_forward(self, hidden_states: torch.Tensor, position_embeddings: tuple, attention_mask=None,
-                       past_key_values=None, **kwargs):
+                       cache=None, **kwargs):
     input_shape = hidden_states.shape[:-1]
     qkv = F.linear(hidden_states, self.kernkit_qkv_weight, self.kernkit_qkv_bias)
     q_size, kv_size = self.kernkit_sizes
@@ -114,16 +115,15 @@ def _attention_forward(self, hidden_states: torch.Tensor, position_embeddings: t
     if hasattr(self, "q_norm"):  # Qwen3
         ops.qk_norm(q, k, self.q_norm.weight, self.k_norm.weight, self.q_norm.variance_epsilon,
                     cast_x_before_out_mul=True)
-    cos_sin_cache, position_ids = position_embeddings  # from _RotaryCache
-    positions = position_ids.expand(input_shape).reshape(-1).contiguous()  # [1, s] or [b, s]
+    cos_sin_cache, positions = position_embeddings  # from _RotaryCache
     ops.rotary_embedding(positions, q, k, cos_sin_cache, True)
 
     shape = (*input_shape, -1, d)
     query_states = qkv[..., :q_size].view(shape).transpose(1, 2)
     key_states = qkv[..., q_size:q_size + kv_size].view(shape).transpose(1, 2)
     value_states = qkv[..., q_size + kv_size:].view(shape).transpose(1, 2)
-    if past_key_values is not None:
-        key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+    if cache is not None:
+        key_states, value_states = cache.update(key_states, value_states, self.layer_idx)
     attention = transformers.modeling_utils.ALL_ATTENTION_FUNCTIONS.get_interface(
         self.config._attn_implementation, self.kernkit_eager_attention)
     if hasattr(self, "sliding_window"):  # Qwen2, Qwen3
@@ -134,12 +134,12 @@ def _attention_forward(self, hidden_states: torch.Tensor, position_embeddings: t
     return self.o_proj(attn_output), attn_weights
 
 
-def _layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None, past_key_values=None,
+def _layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None, cache=None,
                    use_cache=False, position_embeddings=None, **kwargs) -> torch.Tensor:
     residual = hidden_states
     hidden_states = self.input_layernorm(hidden_states)
     hidden_states, _ = self.self_attn(hidden_states=hidden_states, attention_mask=attention_mask,
-                                      position_ids=position_ids, past_key_values=past_key_values,
+                                      position_ids=position_ids, cache=cache,
                                       use_cache=use_cache, position_embeddings=position_embeddings, **kwargs)
     prev = self.kernkit_previous_layer
     if prev is not None and not (prev._forward_hooks or self._forward_pre_hooks):
@@ -156,7 +156,7 @@ def _layer_forward(self, hidden_states: torch.Tensor, attention_mask=None, posit
 
 class _RotaryCache(nn.Module):
     """Stands in for the model's rotary module: it hands every layer the cos/sin cache and the
-    positions (as ``position_embeddings``) instead of computing cos and sin per call."""
+    tokens' positions, flattened (as ``position_embeddings``), instead of cos and sin."""
 
     def __init__(self, cos_sin_cache: torch.Tensor, replaced: nn.Module):
         super().__init__()
@@ -165,7 +165,8 @@ class _RotaryCache(nn.Module):
         self.__dict__["kernkit_replaced"] = replaced  # kept for reading, not a submodule
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.cos_sin_cache, position_ids
+        # position_ids is [1, s] or [b, s]; rotary_embedding takes one contiguous row per token.
+        return self.cos_sin_cache, position_ids.expand(x.shape[:-1]).reshape(-1).contiguous()
 
 
 _FORWARDS = {"RMSNorm": _norm_forward, "MLP": _mlp_forward, "Attention": _attention_forward,
@@ -212,6 +213,11 @@ def _check_model(model: nn.Module, prefix: str) -> tuple[torch.dtype, torch.devi
 
 def _modules(model: nn.Module, prefix: str, modeling: types.ModuleType) -> dict[str, list]:
     """The model's modules of each kind kernkit patches, by exact class."""
+    layer_forward = getattr(modeling, f"{prefix}DecoderLayer").forward
+    if "cache" not in inspect.signature(layer_forward).parameters:  # kernkit's forwards take `cache=`
+        raise PatchError(f"apply_kernkit: transformers {transformers.__version__} hands its layers the KV cache "
+                         f"as past_key_values; kernkit's forwards follow transformers 5.25 or newer (cache): "
+                         f"pip install 'kernkit[transformers]'")
     found: dict[str, list] = {kind: [] for kind in (*_FORWARDS, "RotaryEmbedding")}
     exact = {getattr(modeling, f"{prefix}{kind}"): kind for kind in found}
     for parent in model.modules():

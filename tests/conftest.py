@@ -1,10 +1,19 @@
-"""Shared test setup: a private kernkit cache per test session, and a target architecture for
-CUDA builds on machines without a GPU."""
+"""Shared test setup: a private kernkit cache per test session, removed at its end, and a
+target architecture for CUDA builds on machines without a GPU.
+
+A run removes what it made but the folders of failed tests (``tmp_path_retention_policy =
+"failed"`` in pyproject.toml), and those without their precompiled headers (about 100 MB each):
+the session's cache goes, the makers still running are stopped, and tests share the session's
+headers (``fresh_cache``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -12,8 +21,10 @@ import pytest
 
 # Set before kernkit is imported anywhere, so every build of the session lands in one private
 # cache (warm across tests, cold for each new session) unless the caller chose a directory.
+_SESSION_CACHE = None
 if "KERNKIT_CACHE_DIR" not in os.environ:
-    os.environ["KERNKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernkit-test-cache-")
+    _SESSION_CACHE = os.environ["KERNKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="kernkit-test-cache-")
+SHARED = Path(os.environ["KERNKIT_CACHE_DIR"]).absolute() / "v2"
 os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")
 # CUDA builds that name no backend use nvcc unless the caller says otherwise
 # (KERNKIT_BACKEND=nvrtc runs the suite through the nvrtc backend): what is installed on a
@@ -55,6 +66,53 @@ def pytest_collection_modifyitems(config, items):
     config.stash[_GPU_DESELECTED] = len(gpu)
 
 
+def _stop_makers(roots: list[Path]) -> None:
+    """Kill the detached makers (``kernkit/jit/maker.py``, each the leader of its own process
+    group) still making a file under ``roots``: a killed maker leaves nothing, and the removal
+    of ``roots`` then finds nothing being written."""
+    killed = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 3 and argv[1].endswith(b"maker.py") and any(
+                Path(argv[3].decode()).is_relative_to(root) for root in roots):
+            with contextlib.suppress(OSError):
+                os.killpg(int(proc.name), signal.SIGKILL)
+                killed.append(proc)
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _running(proc: Path) -> bool:
+    """Whether ``/proc/<pid>`` is a process that has not exited (a zombie has)."""
+    try:
+        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _makers_end_with_the_session(tmp_path_factory):
+    """At the end: no maker still writing, and no precompiled header left in the folders pytest
+    keeps (a failed test's: what it built stays, what any build would make again goes)."""
+    yield
+    basetemp = tmp_path_factory.getbasetemp()
+    _stop_makers([basetemp, *([Path(_SESSION_CACHE)] if _SESSION_CACHE else [])])
+    for pch in basetemp.glob("**/v2/pch"):
+        if pch.is_symlink():
+            pch.unlink()
+        else:
+            shutil.rmtree(pch, ignore_errors=True)
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     n = config.stash.get(_GPU_DESELECTED, 0)
     if n:
@@ -63,8 +121,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 @pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
+def empty_cache(tmp_path, monkeypatch):
     """An empty cache directory for one test."""
     cache = tmp_path / "cache"
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(cache))
     return cache
+
+
+@pytest.fixture
+def fresh_cache(empty_cache):
+    """A cache directory for one test, empty but for what its builds share and never wait for:
+    its precompiled headers and helper objects (``v2/pch``, ``v2/helpers``) are links to the
+    session cache's, so that the suite makes each once (about 100 MB and many CPU seconds a
+    header) instead of once a test."""
+    (empty_cache / "v2").mkdir(parents=True)
+    for kind in ("pch", "helpers"):
+        (SHARED / kind).mkdir(parents=True, exist_ok=True)
+        (empty_cache / "v2" / kind).symlink_to(SHARED / kind, target_is_directory=True)
+    return empty_cache

@@ -125,7 +125,7 @@ def test_replay_builds_cuda_requests_for_each_arch_given(tmp_path, fresh_cache):
 
 
 @pytest.fixture
-def frozen(monkeypatch, fresh_cache):
+def frozen(monkeypatch, empty_cache):
     """scale's module factory with nothing loaded, in a fresh cache; the freeze lifted after."""
     monkeypatch.setattr(elementwise._module, "cache", {})
     monkeypatch.setenv("KERNKIT_FREEZE", "off")  # restored (unset) after the test
@@ -148,7 +148,7 @@ def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(fr
     assert torch.equal(ops.scale(torch.ones(4, dtype=torch.float16), 2.0), torch.full((4,), 2.0).half())  # cached: loads
 
 
-def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, fresh_cache):
+def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, empty_cache):
     from kernkit.cli import doctor
     from kernkit.jit import freeze
 

@@ -273,7 +273,7 @@ def three_builds(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("command", [["prune", "--keep", "0"], ["clear"], ["clear", "--kernel", "scale"]])
-def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(three_builds, fresh_cache, monkeypatch,
+def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(three_builds, empty_cache, monkeypatch,
                                                                             capsys, command):
     """A read-only mount (EROFS on every rename in the cache; chmod would not stop root)."""
     import errno
@@ -281,12 +281,12 @@ def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(thre
 
     from kernkit.cli import cli
 
-    shutil.copytree(three_builds, fresh_cache)
-    builds = sorted(p.parent for p in fresh_cache.glob("v2/scale/*/*/lib.so"))
+    shutil.copytree(three_builds, empty_cache)
+    builds = sorted(p.parent for p in empty_cache.glob("v2/scale/*/*/lib.so"))
     real = os.rename
 
     def read_only(src, dst, *args, **kwargs):
-        if str(fresh_cache) in str(src):
+        if str(empty_cache) in str(src):
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(src))
         return real(src, dst, *args, **kwargs)
 
@@ -299,7 +299,7 @@ def test_removal_from_a_read_only_cache_says_what_was_not_removed_and_fails(thre
     assert all((b / "lib.so").is_file() for b in builds)
     monkeypatch.setattr(os, "rename", real)
     assert cli.main(["cache", *command]) == 0
-    assert "removed 3 builds" in capsys.readouterr().out and not list(fresh_cache.glob("v2/scale/*/*/lib.so"))
+    assert "removed 3 builds" in capsys.readouterr().out and not list(empty_cache.glob("v2/scale/*/*/lib.so"))
 
 
 @pytest.mark.parametrize("days", ["nan", "inf", "-3"])

@@ -271,7 +271,7 @@ def test_the_std_subset_agrees_with_the_standard_library():
     assert status == 0 and cubin, log
 
 
-def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fresh_cache):
+def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(empty_cache):
     """On a fresh cache the host half compiles without the precompiled headers; the build, once
     done, starts a detached process that makes them (none is made in the build's time), and
     the next build includes them."""
@@ -284,7 +284,7 @@ def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(fre
 
     flags = nvrtc._host_flags(find_cxx(), ())
     first = scale_spec(torch.float32, "nvrtc").build()
-    (gch,) = [f / "prelude.h.gch" for f in (fresh_cache / "v2" / "pch").iterdir()]
+    (gch,) = [f / "prelude.h.gch" for f in (empty_cache / "v2" / "pch").iterdir()]
     assert "prelude.h" not in (first.parent / "build.ninja").read_text()
     deadline = time.time() + 300
     while not gch.with_suffix(".gch.json").is_file() and time.time() < deadline:

@@ -33,13 +33,13 @@ def _compiled_its_own(lib) -> bool:
 
 
 @pytest.fixture
-def made(fresh_cache):
+def made(empty_cache):
     """A cache whose first build (scale fp32, emu) is done: it compiled the object and published it."""
     first = scale_spec(torch.float32, "emu")
     lib = first.build()
     assert _compiled_its_own(lib)
     _check_scale(first.build_and_load(), torch.float32)
-    (folder,) = (fresh_cache / "v2" / "helpers").iterdir()
+    (folder,) = (empty_cache / "v2" / "helpers").iterdir()
     assert maker.verified(folder, prebuilt.OBJECT)  # published when the build was done
     assert (folder / prebuilt.OBJECT).read_bytes() == (lib.parent / prebuilt.OBJECT).read_bytes()
     return folder

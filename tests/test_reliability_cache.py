@@ -443,12 +443,12 @@ def test_damaged_build_is_detected_and_rebuilt(tmp_path, monkeypatch, pristine, 
     assert not list(rebuilt.parent.parent.glob(".trash-*")) and _staging(cache) == []
 
 
-def test_leftover_of_a_discarded_build_is_never_a_candidate(fresh_cache, tmp_path, monkeypatch, pristine):
+def test_leftover_of_a_discarded_build_is_never_a_candidate(empty_cache, tmp_path, monkeypatch, pristine):
     """A discard killed half-way leaves ``.trash-*`` with a record in the key directory; a load
     without a compiler (any toolchain accepted) must not pick it."""
     base, src = pristine
-    shutil.copytree(base, fresh_cache, copy_function=shutil.copy2)
-    (lib,) = _published(fresh_cache)
+    shutil.copytree(base, empty_cache, copy_function=shutil.copy2)
+    (lib,) = _published(empty_cache)
     lib.parent.rename(lib.parent.with_name(".trash-1234abcd"))
     monkeypatch.setenv("KERNKIT_JIT", "off")
     with pytest.raises(JitDisabledError):
@@ -507,13 +507,14 @@ def test_read_only_file_system_warm_loads_and_refuses_cold_builds_clearly(tmp_pa
     _error_names_dir_and_variable(info.value, cache / "v2")
 
 
-def test_immutable_cache_dir_warm_loads_and_refuses_cold_builds_clearly(tmp_path, fresh_cache, monkeypatch):
+def test_immutable_cache_dir_warm_loads_and_refuses_cold_builds_clearly(tmp_path, empty_cache, monkeypatch):
     """``chattr +i`` stops even root from writing (skipped where chattr does not work)."""
+    fresh_cache = empty_cache  # its own headers: chattr does not follow fresh_cache's links
     warm = _source(tmp_path / "warm", offset=50)
     _spec(warm).build()
-    if subprocess.run(["chattr", "-R", "+i", str(fresh_cache)], capture_output=True).returncode:
-        pytest.skip("chattr +i is not available here")
     try:
+        if subprocess.run(["chattr", "-R", "+i", str(fresh_cache)], capture_output=True).returncode:
+            pytest.skip("chattr +i is not available here")
         assert _spec(warm).build().is_file()
         with pytest.raises(CacheDirError) as info:
             _spec(_source(tmp_path / "cold", offset=52)).build()

@@ -56,8 +56,9 @@ def request(folder: Path, product: str, command: list[str]) -> None:
 
 def lock_of(folder: Path) -> Path:
     """The lock of the product in ``folder`` (``<cache>/v2/<kind>/<key16>``):
-    ``<cache>/v2/.locks/<kind>-<key16>.lock``, its folder made."""
-    locks = folder.parent.parent / ".locks"
+    ``<cache>/v2/.locks/<kind>-<key16>.lock``, its folder made. Where ``<kind>`` links into
+    another cache (the test suite's caches share their headers so), the lock is that cache's."""
+    locks = folder.resolve().parent.parent / ".locks"
     locks.mkdir(exist_ok=True)
     return locks / f"{folder.parent.name}-{folder.name}.lock"
 

@@ -193,7 +193,7 @@ def small_spec(tmp_path: Path, name: str, n: int, body: str | None = None) -> Ji
     return JitSpec.make(name, n, cpp_files=[str(header)], cpp_wrappers=[("value", f"value<{n}>")])
 
 
-def test_cache_list_and_clear(tmp_path, fresh_cache, capsys):
+def test_cache_list_and_clear(tmp_path, empty_cache, capsys):
     specs = [small_spec(tmp_path, "kk_a", 1), small_spec(tmp_path, "kk_a", 2), small_spec(tmp_path, "kk_b", 3)]
     assert cli.main(["cache"]) == 0
     assert capsys.readouterr().out.startswith("0 builds")
@@ -208,8 +208,8 @@ def test_cache_list_and_clear(tmp_path, fresh_cache, capsys):
     assert out[0].split() == ["SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE"]
     assert out[1].split()[:3] == ["kk_a<1>", "c++", "-"] and out[1].split()[-2:] == ["KiB", "2h"]
     assert out[2].split()[0] == "kk_a<2>" and out[3].split()[0] == "kk_b<3>" and out[3].endswith("s")
-    assert out[4].startswith("3 builds, ") and out[4].endswith(f"in {fresh_cache / 'v2'}")
-    v1 = fresh_cache / "v2"
+    assert out[4].startswith("3 builds, ") and out[4].endswith(f"in {empty_cache / 'v2'}")
+    v1 = empty_cache / "v2"
     assert [p.name.split("-")[0] for p in (v1 / ".failed").iterdir()] == ["kk_broken"]
 
     assert cli.main(["cache", "clear", "--kernel", "kk_a"]) == 0
@@ -329,10 +329,15 @@ def test_warmup_errors(capsys, monkeypatch):
     assert rc == 2 and "--import no_such_module_for_kernkit" in err
     rc, _, err = warmup(capsys, "scale", "--dtype", "int8", "--list")
     assert rc == 2 and "kernkit::scale: " in err and "unsupported dtype" in err
-    if not torch.cuda.is_available():
-        monkeypatch.delenv("KERNKIT_CUDA_ARCH")
-        rc, _, err = warmup(capsys, "scale", "--list")
-        assert rc == 2 and "KERNKIT_CUDA_ARCH" in err
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("KERNKIT_CUDA_ARCH")
+    rc, _, err = warmup(capsys, "scale", "--list")
+    assert rc == 2 and "--backend emu" in err and "KERNKIT_CUDA_ARCH" in err
+    # Without a named op, one line names every op skipped for want of a target, and the flags.
+    rc, out, _ = warmup(capsys, "--list")
+    (line,) = [ln for ln in out.splitlines() if "no CUDA device" in ln]
+    assert rc == 0 and line.startswith("skipped kernkit::silu_and_mul, kernkit::gelu_and_mul, kernkit::scale: ")
+    assert "pass --backend emu" in line and 'backend="emu"' not in out
     with pytest.raises(SystemExit):
         cli.main(["warmup", "--backend", "cuda"])
     assert "invalid choice" in capsys.readouterr().err
@@ -469,7 +474,7 @@ def test_the_console_script_is_the_cli(monkeypatch, capsys):
 
     scripts = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["kernkit"].partition(":")
-    assert getattr(importlib.import_module(module), name) is cli.main
+    assert getattr(importlib.import_module(module), name) is cli.console
     monkeypatch.setattr(sys, "argv", ["/venv/bin/kernkit", "-h"])
     with pytest.raises(SystemExit):
         cli.main()
@@ -486,7 +491,23 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path, argv):
                               text=True, timeout=300, env={**os.environ, "KERNKIT_CACHE_DIR": str(tmp_path)})
     finally:
         os.close(write)
-    assert proc.returncode == 1 and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("entry", ["console", "main"])
+def test_the_console_script_imports_from_the_folder_it_runs_in(tmp_path, entry):
+    """``kernkit warmup --import my_ops`` run in my_ops.py's folder imports it, as ``python -m
+    kernkit.jit`` does (``-P``: nothing is put on sys.path for the interpreter, as for a
+    console script); ``main`` alone, called from a program, leaves sys.path as it is."""
+    (tmp_path / "my_ops.py").write_text("print('my_ops imported')\n")
+    code = f"import sys; from kernkit.cli import cli; sys.argv[0] = 'kernkit'; sys.exit(cli.{entry}())"
+    proc = subprocess.run([sys.executable, "-P", "-c", code, "warmup", "--import", "my_ops", "--list", "compare_key"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "KERNKIT_CACHE_DIR": str(tmp_path / "cache")})
+    if entry == "console":
+        assert proc.returncode == 0 and proc.stdout.startswith("my_ops imported\n"), proc.stderr
+    else:
+        assert proc.returncode == 2 and "--import my_ops: No module named 'my_ops'" in proc.stderr, proc.stderr
 
 
 def test_help_names_every_cache_action(capsys):

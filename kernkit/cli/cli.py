@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     The exit status: 0; 1 when a warmup build failed, an import refused a build or ``doctor``
     found a problem; 2 for a command that cannot be done as asked (the message on stderr).
-    A reader that stops early (``| head``) ends the command quietly, as it ends ``cat``.
+    A reader that stops early (``| head``) ends the command quietly, with status 0.
     """
     args = build_parser().parse_args(argv)
     try:
@@ -106,4 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What Python's documentation advises: send what is still buffered nowhere, so that the
         # interpreter's own flush at exit does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return 0  # the reader has what it wanted: a script under `set -o pipefail` goes on
+
+
+def console() -> int:
+    """The ``kernkit`` console script: ``main`` with the current directory first on
+    ``sys.path``, as ``python -m kernkit.jit`` has it, so that ``kernkit warmup --import
+    my_ops`` finds the ``my_ops.py`` of the folder it runs in."""
+    sys.path.insert(0, os.getcwd())
+    return main()

@@ -40,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import torch
 from tqdm import tqdm
 
-from ..jit import JitSpec
+from ..jit import ArchError, JitSpec
+from ..jit.arch import ARCH_VAR
 from . import replay
 
 _DTYPES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32",
@@ -94,6 +95,11 @@ def _specializations(op, options: Mapping[str, object]) -> list[JitSpec]:
     return list(op.specializations(**kwargs))
 
 
+#: Why an op's GPU builds cannot be listed here, and the flags that would say what to build.
+NO_ARCH = (f"no CUDA device is visible to say which GPU to build for: pass --backend emu for kernkit's CPU "
+           f"emulator, or set {ARCH_VAR} to the target's compute capability (e.g. {ARCH_VAR}=9.0)")
+
+
 def collect(names: Sequence[str], options: Mapping[str, object]) -> tuple[list[JitSpec], list[str]]:
     """The specializations of registered ops for a model shape.
 
@@ -120,15 +126,22 @@ def collect(names: Sequence[str], options: Mapping[str, object]) -> tuple[list[J
             raise WarmupError(f"unknown op {name!r}; registered: {', '.join(op.qualname for op in ops)}")
     specs: list[JitSpec] = []
     skipped: list[str] = []
+    no_arch: list[str] = []  # the ops skipped for want of a target: one line for them all
     for op in ops:
         if names and op.qualname not in names and op.name not in names:
             continue
         try:
             specs += _specializations(op, options)
         except Exception as e:  # a missing option, a dtype the op does not take, no target arch
+            why = NO_ARCH if isinstance(e, ArchError) and not os.environ.get(ARCH_VAR) else str(e)
             if names:
-                raise WarmupError(f"{op.qualname}: {e}") from e
-            skipped.append(f"{op.qualname}: {e}")
+                raise WarmupError(f"{op.qualname}: {why}") from e
+            if why is NO_ARCH:
+                no_arch.append(op.qualname)
+            else:
+                skipped.append(f"{op.qualname}: {e}")
+    if no_arch:
+        skipped.insert(0, f"{', '.join(no_arch)}: {NO_ARCH}")
     return list(dict.fromkeys(specs)), skipped
 
 

@@ -195,3 +195,21 @@ def test_planted_scatter_out_of_range_is_reported(asan, bad):
     assert f"unchecked_scatter.cuh:{line}" in res.stderr, res.stderr[-6000:]
     where = "0 bytes to the right of" if bad == "1000" else "4 bytes to the left of"
     assert f"{where} 4000-byte region" in res.stderr, res.stderr[-6000:]
+
+
+def test_a_sanitized_build_without_the_runtime_raises_with_the_line_to_run(asan):
+    """``KERNKIT_EMU_SANITIZE=1`` alone: the load raises a Python error that gives the exact
+    ``LD_PRELOAD`` line (the one the fixture runs with), and the process goes on, where loading
+    the module would have killed it ("ASan runtime does not come first")."""
+    res = asan("""
+import torch
+from kernkit import ops
+try:
+    ops.indexing(torch.randn(8, 576, dtype=torch.bfloat16), torch.tensor([1, 2]))
+except RuntimeError as e:
+    print("RAISED", e)
+print("STILL-RUNNING")
+""", preload=False)
+    assert res.returncode == 0 and "does not come first" not in res.stderr, res.stdout + res.stderr[-4000:]
+    assert "RAISED indexing<" in res.stdout and "STILL-RUNNING" in res.stdout, res.stdout
+    assert f'LD_PRELOAD="{asan_preload()}" ASAN_OPTIONS=detect_leaks=0 python' in res.stdout, res.stdout

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -25,8 +26,8 @@ from . import cache
 from .arch import CudaArch, target_arch
 from . import manifest
 from .backends import BACKENDS, HOST, default_backend
-from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, stamp, version
-from .config import FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
+from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
+from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
 from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, shipped_name
 
@@ -387,8 +388,30 @@ class JitSpec:
         return final / LIB_NAME
 
     def build_and_load(self) -> tvm_ffi.Module:
-        """The loaded module, built first when needed (``build`` says what it raises)."""
-        return tvm_ffi.load_module(_utf8_path(self.build()))
+        """The loaded module, built first when needed (``build`` says what it raises; an
+        AddressSanitizer build in a process without the ASan runtime raises RuntimeError)."""
+        path = self.build()
+        if self.backend == "emu" and any(f.startswith("-fsanitize=") and "address" in f for f in self.extra_cflags):
+            _check_asan_runtime(self.title)
+        return tvm_ffi.load_module(_utf8_path(path))
+
+
+def _check_asan_runtime(title: str) -> None:
+    """Loading an AddressSanitizer build into a process that did not start with the ASan
+    runtime kills it ("ASan runtime does not come first in initial library list"): raise
+    instead, with the command line that starts the process as it must."""
+    try:
+        if "libasan" in Path("/proc/self/maps").read_text():
+            return
+    except OSError:  # no /proc: the loader will say
+        return
+    cxx = find_cxx()
+    libs = [subprocess.run([cxx, f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip() or lib
+            for lib in ("libasan.so", "libstdc++.so.6")]
+    raise RuntimeError(f"{title} is an AddressSanitizer build ({EMU_SANITIZE_VAR}={os.environ.get(EMU_SANITIZE_VAR, '')}), "
+                       f"which loads only into a process started with the ASan runtime first (and libstdc++ with it); "
+                       f"start it as: LD_PRELOAD=\"{' '.join(libs)}\" ASAN_OPTIONS=detect_leaks=0 python ... "
+                       f"(docs/emulator.md), or unset {EMU_SANITIZE_VAR}")
 
 
 def _searched() -> list[Path]:

@@ -42,8 +42,11 @@ import torch
 
 from kernkit.testing.oracle import load, tests_dir
 
-#: The 8B shapes, kept in one place: the GPU test's configs.
-CONFIGS = load(tests_dir() / "gpu" / "test_transformers_gpu.py").CONFIGS
+
+def gpu_test():
+    """The GPU test's module: its 8B configs and ``random_model``, kept in one place."""
+    return load(tests_dir() / "gpu" / "test_transformers_gpu.py")
+
 
 VARIANTS = ("eager", "compile", "kernkit", "kernkit+compile", "liger")
 
@@ -55,12 +58,7 @@ KINDS = (("kernkit", ("kernkit",)), ("liger", ("_rms_norm", "_rope", "_swiglu", 
 
 def make(name: str, variant: str):
     """A fresh random model for ``variant``; returns it and its patch time (s, or None)."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        m = AutoModelForCausalLM.from_config(CONFIGS[name](), dtype=torch.bfloat16)
-    m.eval().requires_grad_(False)
+    m = gpu_test().random_model(name)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     if variant.startswith("kernkit"):
@@ -182,7 +180,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="llama3-8b", choices=list(CONFIGS))
+    p.add_argument("--model", default="llama3-8b", choices=list(gpu_test().CONFIGS))
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--new", type=int, default=128)

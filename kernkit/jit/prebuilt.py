@@ -33,7 +33,7 @@ from . import maker
 
 #: What a unit that links the object starts with (a definition in the text, not a ``-D`` flag:
 #: GCC refuses a precompiled header for a macro defined on the command line that it lacks).
-USE = "#define KERNKIT_HOST_PREBUILT 1\n#line 1\n"
+USE = "#define KERNKIT_HOST_PREBUILT 1\n"
 #: The unit that defines the helpers.
 SOURCE = ("#define KERNKIT_HOST_PREBUILT 1\n#define KERNKIT_HOST_PREBUILT_IMPL 1\n#include <kernkit/export.h>\n"
           "#include <kernkit/tensor.h>\n#include <kernkit/rows.cuh>\n#include <kernkit/runtime.cuh>\n")

@@ -24,7 +24,7 @@ import tvm_ffi
 from .._version import __version__
 from . import cache
 from .arch import CudaArch, target_arch
-from . import manifest
+from . import manifest, wrappers
 from .backends import BACKENDS, HOST, default_backend
 from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
 from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
@@ -364,8 +364,10 @@ class JitSpec:
                 raise cache.dir_problem(cache.root(), f"build {self.title}", OSError(errno.ENOSPC, full)) from e
             kept = cache.keep_failed(staging, cache.root() / ".failed" / f"{self.key_dir.parent.name}-{self.key[:16]}")
             old, new = str(staging), str(kept)
-            raise CompileError(e.spec, e.source.replace(old, new), e.command.replace(old, new), e.errors,
-                               e.log) from None
+            source = e.source.replace(old, new)
+            why = wrappers.blame(e.log, Path(source), (*self.cuda_wrappers, *self.cpp_wrappers),
+                                 (*self.cuda_files, *self.cpp_files))
+            raise CompileError(e.spec, source, e.command.replace(old, new), why + e.errors, e.log) from None
         except OSError as e:  # writing the units, the log or reading back a header
             cache.discard(staging)
             raise cache.dir_problem(cache.root(), f"build {self.title}", e) from e

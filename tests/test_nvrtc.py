@@ -319,3 +319,26 @@ def test_a_process_splits_each_source_text_once(tmp_path):
     assert nvrtc._split.cache_info().misses == after.misses + 1
     (device,) = (tmp_path / "b2" / "device" / "user").rglob("k.cuh")
     assert "2.0f" in device.read_text()
+
+
+EMU = """
+import json, torch, kernkit.ops
+x = torch.arange(8, dtype=torch.bfloat16)
+y = kernkit.ops.scale(x, 3.0)
+print(json.dumps(torch.equal(y, (x.float() * 3.0).to(torch.bfloat16))))
+"""
+
+
+def test_the_emulator_needs_no_toolkit(tmp_path):
+    """CPU tensors run on the emulator with CUDA_HOME pointing nowhere and no nvcc on PATH: it
+    compiles against the wheels' CUDA headers, and checks its kernels with the wheels' NVRTC."""
+    needs_nvrtc()
+    cache = tmp_path / "cache"
+    env = dict(_without_toolkit(), CUDA_HOME=str(tmp_path / "nowhere"), KERNKIT_CACHE_DIR=str(cache))
+    res = subprocess.run([sys.executable, "-c", EMU], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr[-5000:]
+    assert json.loads(res.stdout.strip().splitlines()[-1]) is True
+    (build,) = [p.parent for p in cache.glob("v2/scale/*/*/lib.so")]
+    assert (build / "kernel.cubin").is_file()  # the GPU check ran, with NVRTC
+    ninja = (build / "build.ninja").read_text()
+    assert "nvidia" in ninja and "/usr/local/cuda" not in ninja

@@ -21,8 +21,8 @@ import tvm_ffi
 
 from .._version import __version__
 from ..jit import (ARCH_VAR, BACKEND_VAR, SHARED_VAR, ArchError, ToolchainError, cache_root, compiler_version,
-                   default_backend, find_cuda_home, find_cxx, frozen, frozen_compiles, jit_enabled, nvrtc_toolkit,
-                   target_arch)
+                   cuda_headers, default_backend, find_cuda_home, find_cxx, frozen, frozen_compiles, jit_enabled,
+                   nvrtc_toolkit, target_arch)
 from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 
@@ -39,8 +39,16 @@ def _nvrtc() -> tuple[str, bool]:
     try:
         kit = nvrtc_toolkit()
     except ToolchainError as e:
-        return f"{e} (only the nvrtc backend needs it)", False
+        return f"{e} (the nvrtc backend needs it; the emulator's GPU check uses it, else nvcc)", False
     return f"{kit.nvrtc}; headers {', '.join(kit.include)}", False
+
+
+def _cuda_headers() -> bool:
+    """Whether the emulator finds CUDA's headers: the ``nvrtc`` extra's, or a toolkit's."""
+    try:
+        return bool(cuda_headers())
+    except ToolchainError:
+        return False
 
 
 def _frozen_compiles() -> str:
@@ -84,7 +92,7 @@ def report() -> list[tuple[str, str, bool]]:
               "through Python's __dlpack__ on every call; upgrade torch to 2.10 or newer", not fast),
              ("host compiler", *_compiler(find_cxx)),
              ("CUDA home", f"{home}{'' if headers else ' (no include/cuda_runtime.h)'}" if home
-              else "not found (set CUDA_HOME)", not headers),  # the emulator compiles against its headers
+              else "not found (set CUDA_HOME)", not headers and (needs_nvcc or not _cuda_headers())),
              ("nvcc", nvcc + (" (the emu and nvrtc backends and C++-only builds do not need it)" if nvcc_bad else ""),
               needs_nvcc and nvcc_bad),
              ("NVRTC", *_nvrtc()),

@@ -18,6 +18,7 @@ from .args import CppArgs, make_cpp_args
 from .backends import BACKENDS, default_backend
 from .backends.base import CompileError, ToolchainError, find_cuda_home, find_cxx
 from .backends.base import version as compiler_version
+from .backends.nvrtc import headers as cuda_headers
 from .backends.nvrtc import toolkit as nvrtc_toolkit
 from .cache import LAYOUT as CACHE_LAYOUT
 from .cache import (CacheDirError, CorruptBuildError, check_record, file_record, frozen_compiles, local_path,
@@ -60,6 +61,7 @@ __all__ = [
     "cache_root",
     "check_record",
     "compiler_version",
+    "cuda_headers",
     "default_backend",
     "discard_build",
     "file_record",

@@ -15,6 +15,9 @@ JIT_VAR = "KERNKIT_JIT"
 ARCH_VAR = "KERNKIT_CUDA_ARCH"
 #: Extra flags for the CPU emulation backend: ``1``/``address,undefined`` enable sanitizers.
 EMU_SANITIZE_VAR = "KERNKIT_EMU_SANITIZE"
+#: How a CPU emulation build checks that its kernels also build for a GPU: ``auto`` (default),
+#: ``nvrtc``, ``nvcc`` or ``off`` (``backends/emu.py``).
+EMU_CHECK_VAR = "KERNKIT_EMU_CHECK"
 #: The backend of CUDA builds that name none: ``nvcc`` or ``nvrtc`` (default: ``backends.default_backend``).
 BACKEND_VAR = "KERNKIT_BACKEND"
 #: Read-only caches searched before ``KERNKIT_CACHE_DIR`` (cache roots, ``os.pathsep``-separated):
@@ -75,6 +78,21 @@ def emu_sanitizers() -> tuple[str, ...]:
     if value in ("1", "on", "yes", "true"):
         return ("address", "undefined")
     return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
+
+
+#: The values of ``KERNKIT_EMU_CHECK``; unset or empty is ``auto``.
+EMU_CHECKS = ("auto", "nvrtc", "nvcc", "off")
+
+
+def emu_check() -> str:
+    """How a CPU emulation build checks its kernels for a GPU (``KERNKIT_EMU_CHECK``): one of
+    ``EMU_CHECKS``. Any other value raises ``ValueError`` listing them: a misspelt value never
+    turns the check off."""
+    mode = os.environ.get(EMU_CHECK_VAR, "").strip().lower() or "auto"
+    if mode not in EMU_CHECKS:
+        raise ValueError(f"{EMU_CHECK_VAR} must be one of {', '.join(map(repr, EMU_CHECKS))} (or unset), "
+                         f"got {os.environ[EMU_CHECK_VAR]!r}")
+    return mode
 
 
 #: The values of ``KERNKIT_FREEZE``; unset or empty is ``off``.

@@ -20,6 +20,7 @@ import fnmatch
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -51,27 +52,39 @@ class Toolkit:
 
 
 @cache
-def toolkit() -> Toolkit:
-    """NVRTC, the CUDA headers and the runtime: from the ``nvidia-cuda-*`` wheels of any site
-    directory, else the toolkit's. Raises ``ToolchainError`` naming what to install.
-
-    A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
-    looks the compiler up too (its identity is part of the build record), and importing and
-    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments.md)."""
-    lib, include = _roots("lib"), _roots("include")
+def headers() -> tuple[str, ...]:
+    """CUDA's headers as include directories: the runtime's, crt's where apart, then CCCL's; from
+    the ``nvidia-cuda-*`` wheels of any site directory, else the toolkit's. The nvrtc backend
+    and the CPU emulator compile against them. Raises ``ToolchainError`` naming what to install."""
+    include = _roots("include")
     found = {
-        "libnvrtc": _find(lib, "libnvrtc.so.*"),
-        "libcudart": _find(lib, "libcudart.so.*"),
         "cuda_runtime.h": _find(include, "cuda_runtime.h"),
         "crt/host_defines.h": _find(include, "crt/host_defines.h"),
         "cuda/std/version": _find(include, "cccl/cuda/std/version") or _find(include, "cuda/std/version"),
     }
     missing = [name for name, path in found.items() if path is None]
     if missing:
-        raise ToolchainError(f"the nvrtc backend cannot find {', '.join(missing)}: {INSTALL}")
+        raise ToolchainError(f"CUDA's headers are not installed ({', '.join(missing)} not found): {INSTALL}, "
+                             "or set CUDA_HOME to a CUDA toolkit")
     cccl = found["cuda/std/version"].parent.parent.parent
-    include = [str(found["cuda_runtime.h"].parent), str(found["crt/host_defines.h"].parent.parent), str(cccl)]
-    return Toolkit(str(found["libnvrtc"]), tuple(dict.fromkeys(include)), str(found["libcudart"]))
+    return tuple(dict.fromkeys([str(found["cuda_runtime.h"].parent), str(found["crt/host_defines.h"].parent.parent),
+                                str(cccl)]))
+
+
+@cache
+def toolkit() -> Toolkit:
+    """NVRTC, the CUDA headers (``headers``) and the runtime: from the ``nvidia-cuda-*`` wheels
+    of any site directory, else the toolkit's. Raises ``ToolchainError`` naming what to install.
+
+    A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
+    looks the compiler up too (its identity is part of the build record), and importing and
+    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments.md)."""
+    lib = _roots("lib")
+    found = {"libnvrtc": _find(lib, "libnvrtc.so.*"), "libcudart": _find(lib, "libcudart.so.*")}
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise ToolchainError(f"the nvrtc backend cannot find {', '.join(missing)}: {INSTALL}")
+    return Toolkit(str(found["libnvrtc"]), headers(), str(found["libcudart"]))
 
 
 @cache
@@ -136,19 +149,31 @@ class Nvrtc(Backend):
         return text
 
     def build(self, spec, compilers: list[str], build_dir: Path) -> list[Path]:
-        sources, kernels = _write_halves(spec, build_dir)
-        (build_dir / "kernels.txt").write_text("\n".join(sorted(kernels)) + "\n")
-        (build_dir / "device.cu").write_text("".join(f'#include "{_half_name(f, i)}"\n'
-                                                     for i, f in enumerate(spec.cuda_files)))
-        options = [*NVRTC_FLAGS, f"-arch=sm_{spec.arch.sm}", "-Idevice", "-Ishim",
-                   *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
-        driver = quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), compilers[1]])
-        steps = ["rule device", f"  command = {driver} $in {quote(['kernels.txt', *options])}", "",
-                 "rule asm", f"  command = {quote(compilers[:1])} -c $in -o $out", "",
-                 f"build kernels.S kernel.cubin: device {self.unit}.o | kernels.txt device.cu",
-                 "build kernels.S.o: asm kernels.S | kernel.cubin", ""]
+        steps, sources = device_steps(spec, build_dir, spec.arch.sm, f"{self.unit}.o")
+        steps += ["rule asm", f"  command = {quote(compilers[:1])} -c $in -o $out", "",
+                  "build kernels.S.o: asm kernels.S | kernel.cubin", ""]
         run_ninja(build_dir, spec.title, write_ninja(self, spec, compilers, build_dir, steps, ["kernels.S.o"]))
         return ninja_deps(build_dir) + sources
+
+
+def device_steps(spec, build_dir: Path, sm: str, obj: str, check: bool = False,
+                 macros: Sequence[str] = ()) -> tuple[list[str], list[Path]]:
+    """The ninja lines of the device step (``nvrtc_device.py``): NVRTC compiles, for ``sm_<sm>``
+    with ``macros`` (``-D``/``-U`` options), the device halves of the spec's sources (written
+    here) with the kernel instantiations that object ``obj`` names, into ``kernel.cubin`` and its
+    records ``kernels.S``; with ``check`` (``obj`` is an emulator object, which defines them),
+    into ``kernel.cubin`` alone. Returns the lines and the sources read."""
+    sources, kernels = _write_halves(spec, build_dir, host=not check)
+    (build_dir / "kernels.txt").write_text("\n".join(sorted(kernels)) + "\n")
+    (build_dir / "device.cu").write_text("".join(f'#include "{_half_name(f, i)}"\n'
+                                                 for i, f in enumerate(spec.cuda_files)))
+    options = [*NVRTC_FLAGS, f"-arch=sm_{sm}", *macros, "-Idevice", "-Ishim",
+               *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
+    driver = quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), *(["--check"] * check),
+                    toolkit().nvrtc])
+    outputs = "kernel.cubin" if check else "kernels.S kernel.cubin"
+    return ["rule device", f"  command = {driver} $in {quote(['kernels.txt', *options])}", "",
+            f"build {outputs}: device {obj} | kernels.txt device.cu", ""], sources
 
 
 def _host_flags(cxx: str, extra: tuple[str, ...]) -> list[str]:
@@ -171,9 +196,9 @@ def _half_name(f: str, i: int) -> str:
     return shipped_name(f) or f"user/{i}/{Path(f).name}"
 
 
-def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
-    """The host and device halves of kernkit's headers, the shipped kernels and the spec's
-    files under ``build_dir/host`` and ``build_dir/device``, and the shims that stand for the
+def _write_halves(spec, build_dir: Path, host: bool = True) -> tuple[list[Path], set[str]]:
+    """The host (unless not ``host``) and device halves of kernkit's headers, the shipped kernels
+    and the spec's files under ``build_dir/host`` and ``build_dir/device``, and the shims that stand for the
     headers NVRTC cannot take; returns the sources read and the kernel names they define. Bytes
     that are not UTF-8 (a Latin-1 comment) pass through unchanged."""
     files = {f: f.relative_to(root) for root in (INCLUDE_DIR, KERNELS_DIR) for f in root.rglob("*")
@@ -184,7 +209,7 @@ def _write_halves(spec, build_dir: Path) -> tuple[list[Path], set[str]]:
     for source, rel in files.items():
         halves = _split(source.read_text(errors="surrogateescape"))
         kernels.update(halves.kernels)
-        for side, text in (("host", halves.host), ("device", halves.device)):
+        for side, text in (("host", halves.host), ("device", halves.device))[not host:]:
             out = build_dir / side / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             # The halves keep the source's line numbers; #line makes the compilers name the source.

@@ -1,13 +1,14 @@
 """The device step of an nvrtc build, run by ninja in the build directory:
 
-    python nvrtc_device.py <libnvrtc> <host object> <kernel names file> <NVRTC option>...
+    python nvrtc_device.py [--check] <libnvrtc> <object> <kernel names file> <NVRTC option>...
 
 It lists the kernel instantiations the host object refers to but does not define (its undefined
 symbols whose demangled name is one of the kernels the split found), compiles ``device.cu`` with
 the NVRTC library ``<libnvrtc>`` with those as name expressions, and writes ``kernel.cubin`` and
 ``kernels.S``: the cubin, and at each kernel's host symbol the record ``LaunchKernel`` launches
 it by (``LaunchKernel::NvrtcKernel`` in ``kernkit/utils.cuh``). NVRTC's log goes to
-``nvrtc.log``.
+``nvrtc.log``. With ``--check`` (the GPU check of a CPU emulator build, ``emu.py``) the object is
+the emulator's, which defines the instantiations itself, and only ``kernel.cubin`` is written.
 
 A script of its own, importing nothing of kernkit, so that ninja runs it as one step of the
 build. NVRTC and the C++ runtime's demangler are called through ``ctypes`` rather than through
@@ -29,17 +30,23 @@ HINT = ("kernkit: the nvrtc backend compiles the device half of the sources (dev
         "standard library, device code there gets <algorithm>, <cstddef>, <cstdint>, <limits>, <type_traits> "
         "and <utility> (kernkit/jit/backends/nvrtc_std.h) and includes any other part as <cuda/std/...>. If NVRTC "
         "cannot take this kernel, build it with backend='nvcc' or KERNKIT_BACKEND=nvcc")
+CHECK_HINT = ("kernkit: a GPU build rejects this kernel: the CPU emulator's build also compiles the kernels it "
+              "launches for a GPU, with NVRTC (device.cu, device/), and NVRTC failed as above. If NVRTC cannot take "
+              "code that nvcc does, KERNKIT_EMU_CHECK=nvcc checks with nvcc and KERNKIT_EMU_CHECK=off skips the check")
 
 
-def instantiations(obj: str, kernels: set[str]) -> list[tuple[str, str]]:
+def instantiations(obj: str, kernels: set[str], defined: bool = False) -> list[tuple[str, str]]:
     """``(host symbol, name expression)`` of every kernel instantiation ``obj`` refers to but
-    does not define."""
-    out = subprocess.run(["nm", "-u", obj], capture_output=True, check=True).stdout
+    does not define, or with ``defined``, of every one it defines. One with internal linkage
+    has no name an expression can give, and is left out."""
+    out = subprocess.run(["nm", "--defined-only" if defined else "-u", obj], capture_output=True, check=True).stdout
     demangle = demangler()
     found = []
-    for symbol in (line.split()[-1] for line in os.fsdecode(out).splitlines() if line.strip()):
+    rows = [line.split() for line in os.fsdecode(out).splitlines() if line.strip()]
+    # Defined: functions only (text, weak); a kernel's static __shared__ variable is an object.
+    for symbol in (row[-1] for row in rows if not defined or row[-2] in "TtWw"):
         expr = name_expression(demangle(symbol))
-        if re.sub(r"<.*", "", expr).rsplit("::", 1)[-1] in kernels:
+        if "(anonymous namespace)" not in expr and re.sub(r"<.*", "", expr).rsplit("::", 1)[-1] in kernels:
             found.append((symbol, expr))
     return found
 
@@ -132,16 +139,18 @@ def records(symbols: list[str], lowered: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    libnvrtc, obj, names_file, *options = argv
-    wanted = instantiations(obj, set(Path(names_file).read_text().split()))
+    check = argv[:1] == ["--check"]
+    libnvrtc, obj, names_file, *options = argv[check:]
+    wanted = instantiations(obj, set(Path(names_file).read_text().split()), defined=check)
     status, log, cubin, lowered = compile_device(libnvrtc, Path("device.cu").read_bytes(), options,
                                                  [name for _, name in wanted])
     Path("nvrtc.log").write_text(log)
     if status:
-        print(log, HINT, sep="\n", file=sys.stderr)
+        print(log, CHECK_HINT if check else HINT, sep="\n", file=sys.stderr)
         return 1
     Path("kernel.cubin").write_bytes(cubin)
-    Path("kernels.S").write_text(records([symbol for symbol, _ in wanted], lowered))
+    if not check:
+        Path("kernels.S").write_text(records([symbol for symbol, _ in wanted], lowered))
     return 0
 
 

@@ -12,7 +12,7 @@ from .kvcache import row_bytes, row_spec
 from .registry import register_op
 
 #: Vectors a thread keeps in flight (``device::rows::RowLayout``): on an H200, 2 was faster than
-#: 4 at 4096 and 65536 ids (benchmark/results/timings-from-code-comments.md).
+#: 4 at 4096 and 65536 ids (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
 INDEXING_PER_THREAD = 2
 
 

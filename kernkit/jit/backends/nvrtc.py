@@ -78,7 +78,7 @@ def toolkit() -> Toolkit:
 
     A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
     looks the compiler up too (its identity is part of the build record), and importing and
-    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments.md)."""
+    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md)."""
     lib = _roots("lib")
     found = {"libnvrtc": _find(lib, "libnvrtc.so.*"), "libcudart": _find(lib, "libcudart.so.*")}
     missing = [name for name, path in found.items() if path is None]
@@ -233,7 +233,7 @@ def _write_halves(spec, build_dir: Path, host: bool = True) -> tuple[list[Path],
 
 
 #: ``split`` by text: a process's later builds (a parallel ``warmup``, a server meeting a new
-#: shape) re-split only what changed (what splitting every header costs: benchmark/results/timings-from-code-comments.md).
+#: shape) re-split only what changed (what splitting every header costs: benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
 _split = lru_cache(maxsize=512)(split)
 
 _STD = Path(__file__).with_name("nvrtc_std.h")

@@ -3,7 +3,7 @@
 //
 // Hand-written rather than libcu++'s <cuda/std/...>: those pull in cuda/std/__type_traits/
 // type_list.h, which alone costs NVRTC about half of a specialization's whole device compile
-// (benchmark/results/timings-from-code-comments.md). A device function that needs more of the
+// (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md). A device function that needs more of the
 // standard library includes <cuda/std/...> itself.
 #pragma once
 

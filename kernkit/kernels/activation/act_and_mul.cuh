@@ -339,7 +339,7 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 /// rows; each thread loads one vector of the gate half and the matching vector of the up half.
 /// Blocks are issued x first, so consecutive blocks cover consecutive chunks of one row; with
 /// the rows on x, consecutive blocks were a row apart in memory and large inputs ran slower
-/// (benchmark/results/tuning-h200-2026-12-03.md).
+/// (benchmark/results/tuning-rmsnorm-act-rope-h200-2026-12-03-361953f.md).
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
 /// \tparam kVecN Elements per vector access (16 bytes worth, or 1 for unaligned rows).
@@ -418,7 +418,7 @@ void act_and_mul(tvm::ffi::TensorView out, tvm::ffi::TensorView x) {
   // tokens still spread over many SMs; grid y strides over the rows. A grid of at most
   // `kFewBlocks` such blocks (a token or two) takes blocks of 128 threads instead: twice as many
   // SMs move the token's bytes, which is faster there and slower from about 14 blocks on
-  // (benchmark/results/tuning-h200-2026-12-03.md).
+  // (benchmark/results/tuning-rmsnorm-act-rope-h200-2026-12-03-361953f.md).
   constexpr int64_t kFewBlocks = 8;
   const int64_t wide = std::min<int64_t>(256, div_ceil(vecs, int64_t{32}) * 32);
   const int64_t threads = xr.num_rows * div_ceil(vecs, wide) <= kFewBlocks ? std::min<int64_t>(128, wide) : wide;

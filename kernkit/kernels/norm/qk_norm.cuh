@@ -5,7 +5,7 @@
 /// Each head is a row of `rmsnorm_kernel`'s arithmetic (`device::norm::rmsnorm_row`), with a
 /// thread on 2 vectors of a head (`qk_target_vecs`) where rmsnorm's rows take 4: a head is short,
 /// and spread over more lanes its loads and sums finish sooner (at 1 to 64 tokens of 128-element
-/// heads on an H200: benchmark/results/qknorm-h200-2026-12-04.md). The rows
+/// heads on an H200: benchmark/results/qk-norm-vs-sglang-h200-2026-12-04-a504f6f.md). The rows
 /// are the heads of q then of k, token by token; q and k may be strided views of one QKV tensor.
 #pragma once
 

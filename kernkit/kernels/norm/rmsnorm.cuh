@@ -194,7 +194,7 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
   PDLWaitPrimary<kUsePDL>();
 
   // The weight is loaded with the row and held across the reduction: loaded after it, it
-  // would cost a memory round trip per call (benchmark/results/tuning-h200-2026-12-02.md).
+  // would cost a memory round trip per call (benchmark/results/tuning-rmsnorm-rope-h200-2026-12-02-62a4e59.md).
   vec_t v[Layout::kPerThread];
   vec_t w[Layout::kPerThread];
   float acc[Layout::kVecN] = {};

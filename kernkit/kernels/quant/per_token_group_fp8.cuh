@@ -45,7 +45,7 @@ template <int64_t kGroupSize, int kVecN>
 struct GroupLayout {
   /// Vectors a thread aims at (a power of two; the scalar variant takes more, to stay in a
   /// warp): 2 keeps 32 bytes of x in flight a thread (8 lanes for bf16 x 128), which reached
-  /// more of the copy bandwidth than 1 on the H200 (`benchmark/results/tuning-h200-2026-12-04.md`).
+  /// more of the copy bandwidth than 1 on the H200 (`benchmark/results/tuning-rope-store-group-quant-h200-2026-12-04-5cd823e.md`).
   static constexpr int64_t kTargetVecs = 2;
   /// Vectors per group.
   static constexpr int64_t kVecs = kGroupSize / kVecN;

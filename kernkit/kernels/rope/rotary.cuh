@@ -280,7 +280,7 @@ constexpr int max_vec() {
 inline constexpr int kPairsFull = ::kernkit::device::rope::kPairsFull;
 /// \brief Neox with this many q/k heads or more and at most `kFewTokens` tokens takes 8 pairs a
 /// thread (16-byte q/k accesses of 16-bit types), which issues a token's loads from fewer
-/// threads (`benchmark/results/tuning-h200-2026-12-02.md`).
+/// threads (`benchmark/results/tuning-rmsnorm-rope-h200-2026-12-02-62a4e59.md`).
 inline constexpr int64_t kManyHeads = 32;
 inline constexpr int64_t kFewTokens = 256;
 

@@ -6,7 +6,7 @@
 /// system call on every switch, and every warp-collective call switches
 /// at least twice per simulated thread. Why not boost.context: a system package dependency for a
 /// dozen instructions. The hand-written switch below saves only the callee-saved registers of
-/// the platform ABI plus the floating-point control registers (benchmark/results/timings-from-code-comments.md). `ucontext` remains
+/// the platform ABI plus the floating-point control registers (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md). `ucontext` remains
 /// as the portable fallback (other architectures, or `-DKERNKIT_EMU_UCONTEXT`).
 #pragma once
 

@@ -18,8 +18,9 @@ import torch
 import tvm_ffi.libinfo
 
 from kernkit.cli import cli
+from kernkit.cli.cache import human_size, tree_size
 from kernkit.cli.clangd import SHIM_DIR, parse_clangd_version
-from kernkit.jit import CompileError, JitSpec
+from kernkit.jit import CompileError, JitSpec, maker, pch, prebuilt
 from kernkit.jit.paths import INCLUDE_DIR, KERNELS_DIR
 
 
@@ -244,6 +245,60 @@ def test_cache_list_shows_the_shared_caches(tmp_path, fresh_cache, capsys, monke
     assert out[3].startswith("1 build, ") and out[3].endswith(f"in {fresh_cache / 'v2'}")
     assert out[4].startswith("1 build, ") and out[4].endswith(f"in shared 1: {shared / 'v2'} "
                                                                "(KERNKIT_CACHE_SHARED, read-only)")
+
+
+def publish_shared_file(top: Path, kind: str, key: str, product: str, size: int) -> None:
+    """Put ``size`` bytes as ``product`` of ``<top>/<kind>/<key>``, published as kernkit's makers
+    publish a precompiled header or a helper object (``maker.publish``: the file, then its record)."""
+    folder = top / kind / key
+    folder.mkdir(parents=True)
+    tmp = maker.scratch(folder, product)
+    tmp.write_bytes(b"\0" * size)
+    maker.publish(folder, product, tmp)
+
+
+def doctor_cache_size(capsys) -> str:
+    """The size ``doctor`` reports for the cache: ``348.0 MiB`` of ``cache dir  <path> (348.0 MiB, ...``."""
+    cli.main(["doctor"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln[2:].startswith("cache dir"))
+    return line.split(" (", 1)[1].split(", ", 1)[0]
+
+
+def test_cache_list_counts_the_precompiled_headers_and_agrees_with_doctor(tmp_path, empty_cache, capsys):
+    """The precompiled headers and helper objects the builds share are named and sized on one
+    line of their own, and the total is the size ``doctor`` reports for the same cache."""
+    small_spec(tmp_path, "kk_sizes", 1).build()
+    top = empty_cache / "v2"
+    publish_shared_file(top, "pch", "0123456789abcdef", pch.GCH, 3 << 20)
+    publish_shared_file(top, "pch", "fedcba9876543210", pch.GCH, 2 << 20)
+    publish_shared_file(top, "helpers", "00112233445566aa", prebuilt.OBJECT, 200 << 10)
+    failed = top / "pch" / "aaaaaaaaaaaaaaaa"  # an attempt that failed: its bytes count, no header
+    failed.mkdir()
+    (failed / "failed.log").write_text("error\n")
+
+    assert cli.main(["cache", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2].startswith("1 build, ") and out[-2].endswith(f"in {top}")
+    total = doctor_cache_size(capsys)
+    assert out[-1] == (f"2 precompiled headers, {human_size(tree_size(top / 'pch'))}; 1 helper object, "
+                       f"{human_size(tree_size(top / 'helpers'))}; {total} in all")
+    assert tree_size(top) > 5 << 20  # the headers and the object are in it
+
+
+@pytest.mark.slow
+def test_cache_list_marks_a_sanitized_build(fresh_cache, capsys, monkeypatch):
+    """A KERNKIT_EMU_SANITIZE build and a normal build of the same specialization are two lines
+    that differ: the sanitized one names its sanitizers."""
+    from kernkit.ops.elementwise import scale_spec
+
+    scale_spec(torch.float32, "emu").build()
+    monkeypatch.setenv("KERNKIT_EMU_SANITIZE", "1")
+    scale_spec(torch.float32, "emu").build()
+    assert cli.main(["cache", "list"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("scale<fp32_t, false> ")]
+    assert len(rows) == 2 and rows[0] != rows[1]
+    assert sorted(row.split()[2] for row in rows) == ["emu", "emu"]
+    assert sorted(row.split()[3] for row in rows) == ["-", "sanitize=address,undefined"]
 
 
 def test_a_second_import_says_already_present_and_a_refusal_names_a_path_once(tmp_path, fresh_cache, capsys,

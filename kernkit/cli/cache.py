@@ -1,11 +1,15 @@
 """List, clear, prune, export and import kernkit's on-disk cache of built specializations
 ($KERNKIT_CACHE_DIR, default ~/.cache/kernkit).
 
-`cache` or `cache list` prints one line per published build (specialization, backend,
-architecture, size, age) and a total, for the local cache and for each read-only cache of
-$KERNKIT_CACHE_SHARED (which loads search first). `cache clear` removes every build and kept
+`cache` or `cache list` prints one line per published build (specialization, backend, with
+`sanitize=...` for a build made with sanitizers such as KERNKIT_EMU_SANITIZE's, architecture,
+size, age) and a total, for the local cache and for each read-only cache of
+$KERNKIT_CACHE_SHARED (which loads search first). A cache that holds more than its builds gets
+one more line: its precompiled headers, prebuilt helper objects and kept failures, and the size
+of the whole cache, the size `doctor` reports. `cache clear` removes every build and kept
 failure; `cache clear --kernel NAME` only those of one kernel. Locks and builds in progress are
-left alone. The builds are all the cache holds: a cleared kernel simply compiles again when used.
+left alone. Nothing else in the cache decides a load: a cleared kernel simply compiles again
+when used.
 
 `cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
 builds made before. `cache export FILE [--manifest M]` writes every build, or those of a
@@ -42,6 +46,7 @@ from .._version import __version__
 from ..jit import (CACHE_LAYOUT, LIB_NAME, SHARED_VAR, ArchError, CacheDirError, CorruptBuildError, CudaArch, JitSpec,
                    cache_root, check_record, discard_build, file_record, file_sha256, find_build, local_path,
                    publish_build, read_build, shared_entries, staging_dir, target_arch)
+from ..jit import maker, pch, prebuilt
 from . import replay
 
 #: The archive's layout version (its ``index.json``).
@@ -390,6 +395,58 @@ def _bind(member: str, meta: dict) -> None:
         raise ValueError(f"it is a build of {spec.label}, whose builds go in {where}, not in {placed}")
 
 
+#: What a cache holds besides its builds: its folder under ``v2``, the name of one entry, and the
+#: file whose presence makes an entry count (None: every entry does).
+EXTRAS = (("pch", "precompiled header", pch.GCH), ("helpers", "helper object", prebuilt.OBJECT),
+          (".failed", "kept failure", None))
+
+
+def extras(top: Path) -> list[tuple[str, int, int]]:
+    """``(name, count, bytes)`` of each kind of entry of ``EXTRAS`` that the cache ``top`` holds
+    (a precompiled header or helper object counts once made; its folder's bytes count in any
+    case). A folder that links to another cache (as the test suite's caches share their
+    headers) is that cache's: ``tree_size`` does not follow it, and neither does this."""
+    found = []
+    for folder, name, product in EXTRAS:
+        path = top / folder
+        if path.is_symlink() or not path.is_dir():
+            continue
+        entries = [e for e in path.iterdir() if e.is_dir() and not e.name.startswith(".")]
+        count = sum(1 for e in entries if product is None or maker.made(e, product))
+        size = tree_size(path)
+        if count or size:
+            found.append((name, count, size))
+    return found
+
+
+def sanitizers(meta: dict) -> str | None:
+    """The sanitizers a build was made with (``address,undefined``), from the ``-fsanitize=``
+    flags its record's build request names; None for a build without."""
+    request = meta.get("request")
+    flags = request.get("extra_cflags") if type(request) is dict else None
+    names = [f.split("=", 1)[1] for f in flags or () if type(f) is str and f.startswith("-fsanitize=")]
+    return ",".join(names) or None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def summary(top: Path, builds: int, builds_size: int, where: str) -> list[str]:
+    """The total lines of the cache ``top``: its builds, then, when it holds any of ``EXTRAS``,
+    one line naming those and the size of the whole cache (``tree_size``, as ``doctor`` counts
+    it), with what is neither (builds in progress, damaged builds) as ``other``."""
+    lines = [f"{_count(builds, 'build')}, {human_size(builds_size)}, in {where}"]
+    found = extras(top)
+    if found:
+        total = tree_size(top)
+        rest = total - builds_size - sum(size for _, _, size in found)
+        parts = [f"{_count(n, name)}, {human_size(size)}" for name, n, size in found]
+        parts += [f"{human_size(rest)} other"] if rest > 0 else []
+        lines.append(f"{'; '.join(parts)}; {human_size(total)} in all")
+    return lines
+
+
 def _age(seconds: float) -> str:
     for unit, span in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= span:
@@ -445,11 +502,13 @@ def run(args: argparse.Namespace) -> int:
         for path, meta in builds:
             size = tree_size(path)
             total += size
-            rows.append((meta.get("title", path.parent.parent.name), meta.get("backend") or "c++",
+            san = sanitizers(meta)
+            rows.append((meta.get("title", path.parent.parent.name),
+                         (meta.get("backend") or "c++") + (f" sanitize={san}" if san else ""),
                          meta.get("arch") or "-", human_size(size), _age(now - meta.get("built_at", now)),
                          *((f"shared {i}" if i else "local",) if shared else ())))
         where = f"shared {i}: {top} ({SHARED_VAR}, read-only)" if i else str(top)
-        totals.append(f"{len(builds)} build{'s' * (len(builds) != 1)}, {human_size(total)}, in {where}")
+        totals += summary(top, len(builds), total, where)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows if len(rows) > 1 else []:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

@@ -103,9 +103,11 @@ def test_own_kernel_outside_the_package(tmp_path, monkeypatch, capsys):
     (spec,) = op.specializations(dtypes=[torch.float32], backend="emu")
     assert spec.title == "my_scale<fp32_t, false>"
 
-    # The build includes the project's file by absolute path, under its own cache name (the
-    # key covers that path: a cache shared with earlier runs holds other projects' builds too).
+    # The build includes the project's file by absolute path, under its own cache name; the key
+    # names it relative to the module's folder (its kernel root), so a copy of the project finds
+    # the same builds.
     assert spec.key_dir.parent.name == "my_scale"
+    assert spec.kernel_root == str(project.resolve()) and spec.key_name(spec.cuda_files[0]) == "<root>/scale.cuh"
     units = list(spec.key_dir.glob("*/kernel_emu.cc"))
     assert units and all(str(project / "scale.cuh") in u.read_text() for u in units)
 

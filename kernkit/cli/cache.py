@@ -16,12 +16,13 @@ builds made before. `cache export FILE [--manifest M]` writes every build, or th
 manifest (KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each
 build of such an archive after checking its library's hash, its kernkit and tvm-ffi versions,
 its architecture, that its directory is the one its recorded build request keys to, and that the
-headers it was built from are this installation's, byte for byte. A build that fails a check is
-refused, named, and nothing of it is published; one the cache holds already is counted as
-already present. An archive that is not one kernkit wrote (a bad index, a member that is not a
-file, a truncated file) is refused whole, before anything is written. An archive is code:
-`--expect-sha256 HEX` imports only the archive whose SHA-256 is the one `cache export` printed
-on the build box.
+headers it was built from are this installation's, byte for byte (those of a user's project,
+recorded relative to its kernel root, are compared by each load, wherever the project is). A
+build that fails a check is refused, named, and nothing of it is published; one the cache holds
+already is counted as already present. An archive that is not one kernkit wrote (a bad index, a
+member that is not a file, a truncated file) is refused whole, before anything is written. An
+archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is the one `cache
+export` printed on the build box.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     else:
         builds = []
         for spec in replay.specs(manifest_file):
-            lib = find_build(spec.key_dir, None)
+            lib = find_build(spec.key_dir, None, root=spec.kernel_root)
             record = read_build(lib.parent) if lib is not None else None
             if record is None:
                 raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {cache_root()}: run "
@@ -347,7 +348,9 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
     versions are these, its architecture is ``allowed``, its directory is the key directory of
     the build request it records (the key recomputed here, so a build placed under another key
     is refused), and each header it was built from is, byte for byte, this installation's
-    (kernkit's own are looked up here, wherever kernkit is installed)."""
+    (kernkit's own are looked up here, wherever kernkit is installed). A header recorded relative
+    to the kernel root of the user's project is kept as recorded: the project may be anywhere,
+    and each load compares it, by SHA-256, with the file under the root of the spec it loads for."""
     member = entry["dir"]
     for name in (LIB_NAME, "meta.json"):
         with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
@@ -367,6 +370,11 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
         raise ValueError("its record lists no header it was built from")
     deps = []
     for dep in meta["deps"]:
+        if not dep[0].startswith("/"):  # under the kernel root (check_record: it cannot leave it)
+            if not meta["request"].get("kernel_root"):
+                raise ValueError(f"it names the header {dep[0]!r} relative to a kernel root its build request lacks")
+            deps.append(dep)
+            continue
         path = local_path(dep[0], meta.get("package"))
         here = file_record(path) if path.is_file() else None
         if here is None or here[-1] != dep[-1]:
@@ -379,12 +387,13 @@ def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set
 def _bind(member: str, meta: dict) -> None:
     """Raise ``ValueError`` unless the build at ``member`` (``<name>/<args>-<key16>/<build>``) is
     of the spec its record's build request makes here: that spec's key, title, backend and
-    architecture are the record's, and its key directory is ``member``'s."""
+    architecture are the record's, and its key directory is ``member``'s. The request's sources
+    need not be here (a project's files are wherever it runs); the headers are checked after."""
     if "request" not in meta:
         raise ValueError("its record holds no build request (a build made before kernkit recorded them): "
                          "rebuild it and export it again")
     try:
-        spec = JitSpec.from_request(meta["request"])
+        spec = JitSpec.from_request(meta["request"], check_files=False)
     except (KeyError, TypeError, ValueError, OSError, ArchError) as e:
         raise ValueError(f"its build request cannot be made here: {type(e).__name__}: {e}") from None
     where, placed = spec.key_dir.relative_to(cache_root()).as_posix(), member.rsplit("/", 1)[0]

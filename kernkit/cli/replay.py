@@ -23,9 +23,9 @@ def _control(text: str) -> bool:
 def _check_request(req: object, extra_flags: bool = True) -> dict:
     """``req`` if it is a whole, well-formed request, else ``ValueError`` naming the field:
     ``marker`` a non-empty list of strings, the file and flag fields lists of strings, the
-    wrappers lists of ``[name, symbol]`` pairs, ``backend`` and ``arch`` a string or null, and
-    no string anywhere with a control character. With ``extra_flags=False`` a request that
-    carries flags (``FLAG_FIELDS``) is refused too."""
+    wrappers lists of ``[name, symbol]`` pairs, ``backend``, ``arch`` and ``kernel_root`` (which
+    may be left out) a string or null, and no string anywhere with a control character. With
+    ``extra_flags=False`` a request that carries flags (``FLAG_FIELDS``) is refused too."""
     if not isinstance(req, dict):
         raise ValueError(f"a request is a JSON object, got {type(req).__name__}")
     fields = {"marker": req.get("marker"), **{k: req.get(k) for k in _LISTS}}
@@ -40,7 +40,7 @@ def _check_request(req: object, extra_flags: bool = True) -> dict:
                                                 and all(isinstance(x, str) for x in w) for w in value)):
             raise ValueError(f"{field!r} must be a list of [name, symbol] pairs, got {value!r}")
         fields[field] = [x for w in value for x in w]
-    for field in ("backend", "arch"):
+    for field in ("backend", "arch", "kernel_root"):
         if not isinstance(req.get(field), (str, type(None))):
             raise ValueError(f"{field!r} must be a string or null, got {req.get(field)!r}")
         fields[field] = [req[field]] if req.get(field) else []
@@ -99,11 +99,9 @@ def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool 
         try:
             name, *args = req["marker"]
             title = name + (f"<{', '.join(args)}>" if args else "")
-            options = {k: req[k] for k in ("cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags",
-                                           "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "backend")}
             cuda = req["backend"] in ("nvcc", "nvrtc")
             for arch in (targets or [req["arch"]]) if cuda else [None]:
-                out.append(JitSpec.make(name, *args, **options, arch=arch))
+                out.append(JitSpec.from_request({**req, "arch": arch}))
         except (KeyError, TypeError, ValueError, FileNotFoundError, ArchError) as e:
             raise ManifestError(f"{path}: request {i + 1} ({title}) cannot be built here: "
                                 f"{type(e).__name__}: {e}") from None

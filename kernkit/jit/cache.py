@@ -13,18 +13,23 @@ Layout under the cache root (``$KERNKIT_CACHE_DIR``, default ``~/.cache/kernkit`
     v2/helpers/<key16>/                   the prebuilt helper object of the nvrtc and emu units
     v2/.locks/{pch,helpers}-<key16>.lock  held by the process making or publishing one (maker.py)
 
-``key16`` hashes what a spec says: the generated units, every flag, the backend, the target
-architecture, and the kernkit and tvm-ffi versions. ``build12`` hashes what the build found: the
+``key16`` hashes what a spec says: the generated units (a user's file under the kernel root
+named by its path there), every flag, the backend, the target architecture, and the kernkit and
+tvm-ffi versions. ``build12`` hashes what the build found: the
 content of every header the compilers reported reading and the compilers' identities. One key may
 hold several builds (before and after a header edit, or from two machines' compilers on a shared
 cache); a load takes the one whose headers and compilers still match.
 
 ``meta.json`` records each header's path, stat and SHA-256, the compilers' (path, size, mtime)
-and the library's size, mtime and SHA-256. A hit compares stats and hashes a file only when its
-stat differs, so an unchanged tree costs a few dozen ``stat`` calls, a copied one a few hashes,
-and an edited header makes the build stale. A build is immutable: it appears through one
-``rename`` of a complete directory (atomic on local file systems and on NFS) after its files are
-flushed, and a library that no longer matches its record is discarded with a warning.
+and the library's size, mtime and SHA-256. A header under the spec's kernel root (a user's
+project: ``JitSpec.kernel_root``) is recorded by its path relative to that root, so the build
+stays current when the project moves; a load joins it to its own spec's root, after checking
+that the name cannot leave it (``paths.root_relative``). A hit compares stats and hashes a file
+only when its stat differs, so an unchanged tree costs a few dozen ``stat`` calls, a copied one
+a few hashes, and an edited header makes the build stale. A build is immutable: it appears
+through one ``rename`` of a complete directory (atomic on local file systems and on NFS) after
+its files are flushed, and a library that no longer matches its record is discarded with a
+warning.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import warnings
 from pathlib import Path
 
 from .config import CACHE_DIR_VAR, cache_dir
-from .paths import LIB_NAME, PACKAGE_ROOT
+from .paths import LIB_NAME, PACKAGE_ROOT, root_name, root_relative, under_root
 
 #: The layout version: the cache's builds live under ``<cache>/v2``.
 LAYOUT = "v2"
@@ -95,19 +100,26 @@ def sha256(path: Path | str) -> str:
     return h.hexdigest()
 
 
-def file_record(path: Path | str) -> list:
+def file_record(path: Path | str, root: str | None = None) -> list:
     """``[path, size, mtime_ns, ctime_ns, inode, sha256]``: what a hit compares a file against.
-    ``cp -p`` and ``touch -r`` can restore size and mtime, never the change time and inode."""
+    ``cp -p`` and ``touch -r`` can restore size and mtime, never the change time and inode. A
+    file under ``root`` (a spec's kernel root) is named relative to it (``paths.root_name``)."""
     st = os.stat(path)
-    return [str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256(path)]
+    return [root_name(path, root) or str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, sha256(path)]
 
 
-def unchanged(record: list) -> bool:
-    """Whether the file still has the recorded content: equal stats, else an equal hash."""
+def unchanged(record: list, root: str | None = None) -> bool:
+    """Whether the file still has the recorded content: equal stats, else an equal hash. A
+    relative path is the file's under ``root``; without a root, or for a name that could leave
+    it, the file is not the recorded one."""
     path, size, *stat, digest = record
     try:
+        if not path.startswith("/"):
+            if root is None:
+                return False
+            path = under_root(path, root)
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return False
     if st.st_size != size:
         return False
@@ -131,10 +143,17 @@ def _file(value: object) -> bool:
             and type(value[5]) is str)
 
 
+def _recorded_path(path: str) -> bool:
+    """Whether a record may name a header ``path``: an absolute path, or one relative to the
+    kernel root that cannot leave it (``paths.root_relative``); no NUL in either."""
+    return (path.startswith("/") and "\0" not in path) or root_relative(path)
+
+
 def check_record(meta: object) -> dict:
     """``meta`` when it is a build record as ``publish`` writes it, each field of the type kernkit
-    reads it as; else a ``ValueError`` naming the first field that is not. A load skips such a
-    build, ``cache import`` refuses it, and the cache tools name it and pass it over.
+    reads it as and each header's path absolute or under the kernel root (``_recorded_path``);
+    else a ``ValueError`` naming the first field or path that is not. A load skips such a build,
+    ``cache import`` refuses it, and the cache tools name it and pass it over.
 
     Parameters
     ----------
@@ -174,6 +193,10 @@ def check_record(meta: object) -> dict:
     ) if not ok), None)
     if problem:
         raise ValueError(f"its record's {problem}")
+    escape = next((d[0] for d in meta["deps"] if not _recorded_path(d[0])), None)
+    if escape is not None:
+        raise ValueError(f"its record's 'deps' names {escape!r}, which is neither an absolute path nor a path under "
+                         "the kernel root (no '..', '.', empty part or NUL)")
     return meta
 
 
@@ -205,9 +228,10 @@ def warn_once(what: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=5)
 
 
-def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path | None:
+def find(key_dir: Path, compilers: list | None, read_only: bool = False, root: str | None = None) -> Path | None:
     """The library of the newest build under ``key_dir`` whose headers are unchanged and, unless
-    ``compilers`` is None, whose compilers are these (``backends.base.stamp`` of each). A damaged build
+    ``compilers`` is None, whose compilers are these (``backends.base.stamp`` of each). A header
+    recorded relative to a kernel root is looked up under ``root``, the spec's. A damaged build
     is skipped: discarded with a warning, or, with ``read_only`` (a shared cache, which this
     process never modifies), left as it is with one warning per process."""
     try:
@@ -232,7 +256,7 @@ def find(key_dir: Path, compilers: list | None, read_only: bool = False) -> Path
                                  or [c["stamp"] for c in meta["compilers"]] == compilers):
             builds.append((meta["built_at"], build_dir, meta))
     for _, build_dir, meta in sorted(builds, key=lambda b: b[0], reverse=True):
-        if all(unchanged(dep) for dep in meta["deps"]) and _same_package_files(meta):
+        if all(unchanged(dep, root) for dep in meta["deps"]) and _same_package_files(meta):
             return build_dir / LIB_NAME
     return None
 

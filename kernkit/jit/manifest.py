@@ -3,8 +3,10 @@ machine can replay (``python -m kernkit.jit warmup --manifest FILE``).
 
 A request is what ``JitSpec.make`` takes: the marker (name and template arguments), the
 sources (a shipped kernel by its name under ``kernkit/kernels/``, a user's file by its path),
-the wrappers and flags, the backend and the architecture. It names no directory of a cache,
-so a manifest recorded on one machine builds on any other that has the same sources.
+the wrappers and flags, the backend and the architecture, and the kernel root where the spec
+has one (``kernel_root``, which keys the files under it by their path there). It names no
+directory of a cache, so a manifest recorded on one machine builds on any other that has the
+same sources.
 
 The file is JSON: ``{"format": 1, "kernkit": "<version>", "requests": [...]}``. Recording
 (``KERNKIT_RECORD=FILE``) merges into the file under a lock, so several processes (the ranks
@@ -32,13 +34,15 @@ class ManifestError(ValueError):
 
 
 def request(spec) -> dict:
-    """``spec`` as a build request (JSON-ready): ``JitSpec.make``'s arguments."""
-    return {"marker": [spec.name, *spec.template_args], "cuda_files": [shipped_name(f) or f for f in spec.cuda_files],
-            "cpp_files": [shipped_name(f) or f for f in spec.cpp_files], "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
-            "cpp_wrappers": [list(w) for w in spec.cpp_wrappers], "extra_cflags": list(spec.extra_cflags),
-            "extra_cuda_cflags": list(spec.extra_cuda_cflags), "extra_ldflags": list(spec.extra_ldflags),
-            "extra_include_paths": list(spec.extra_include_paths), "backend": spec.backend,
-            "arch": str(spec.arch) if spec.arch else None}
+    """``spec`` as a build request (JSON-ready): ``JitSpec.make``'s arguments, with
+    ``kernel_root`` only where the spec has one."""
+    req = {"marker": [spec.name, *spec.template_args], "cuda_files": [shipped_name(f) or f for f in spec.cuda_files],
+           "cpp_files": [shipped_name(f) or f for f in spec.cpp_files], "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
+           "cpp_wrappers": [list(w) for w in spec.cpp_wrappers], "extra_cflags": list(spec.extra_cflags),
+           "extra_cuda_cflags": list(spec.extra_cuda_cflags), "extra_ldflags": list(spec.extra_ldflags),
+           "extra_include_paths": list(spec.extra_include_paths), "backend": spec.backend,
+           "arch": str(spec.arch) if spec.arch else None}
+    return {**req, "kernel_root": spec.kernel_root} if spec.kernel_root else req
 
 
 def record(spec) -> None:

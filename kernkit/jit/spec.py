@@ -13,9 +13,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import torch
@@ -29,12 +29,18 @@ from .backends import BACKENDS, HOST, default_backend
 from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
 from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
-from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, shipped_name
+from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, root_name, shipped_name
 
 logger = logging.getLogger("kernkit.jit")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
+
+#: How a key names a file under the spec's kernel root: this, then its path under the root.
+ROOT_PREFIX = "<root>/"
+
+#: ``paths.root_name``, once per file and root in a process: a warm ``load_jit`` resolves no path.
+_root_name = lru_cache(maxsize=1024)(root_name)
 
 
 class JitDisabledError(RuntimeError):
@@ -59,14 +65,40 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
         raise TypeError(f"load_jit: {what} must be a sequence of strings, got {value!r}") from None
 
 
-def _source(name: str) -> str:
-    """An absolute path stays; a relative one is taken under ``kernkit/kernels/``."""
+def _source(name: str, check: bool = True) -> str:
+    """An absolute path stays; a relative one is taken under ``kernkit/kernels/``. With ``check``
+    the file must exist."""
     path = Path(name)
     resolved = path if path.is_absolute() else KERNELS_DIR / path
-    if not resolved.is_file():
+    if check and not resolved.is_file():
         where = "" if path.is_absolute() else f" (relative names are looked up in {KERNELS_DIR})"
         raise FileNotFoundError(f"kernel source {name!r} not found{where}")
     return str(resolved)
+
+
+def _caller_root(frame) -> str | None:
+    """The default kernel root: the directory of the Python file whose code called ``make``,
+    directly or through ``load_jit`` (this module's frames are passed over), as a real path; None
+    for code without a file (``python -c``, ``exec``, an interactive session)."""
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return _module_dir(frame.f_code.co_filename) if frame is not None else None
+
+
+@lru_cache(maxsize=256)
+def _module_dir(filename: str) -> str | None:
+    """The real directory of the file a code object was compiled from; None when there is none."""
+    return os.path.dirname(os.path.realpath(filename)) if os.path.isfile(filename) else None
+
+
+def _root_dir(path: object, check: bool) -> str:
+    """``kernel_root`` as a real path; with ``check`` it must be a directory."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_jit: kernel_root must be a path, got {path!r}")
+    real = os.path.realpath(path)
+    if check and not os.path.isdir(real):
+        raise NotADirectoryError(f"load_jit: kernel_root {os.fspath(path)!r} is not a directory")
+    return real
 
 
 def _wrappers(wrappers: object, what: str) -> tuple[tuple[str, str], ...]:
@@ -122,13 +154,16 @@ class JitSpec:
     backend: str | None
     #: The GPU architecture of an ``nvcc`` or ``nvrtc`` build; None for ``emu``.
     arch: CudaArch | None
+    #: The real path of the directory that the user's files under it are keyed and recorded
+    #: relative to (``make``'s ``kernel_root``); None when no file of the spec is under one.
+    kernel_root: str | None = None
 
     @classmethod
     def make(cls, *marker: object, cuda_files: Sequence[str] = (), cpp_files: Sequence[str] = (),
              cuda_wrappers: Sequence[tuple[str, str]] = (), cpp_wrappers: Sequence[tuple[str, str]] = (),
              extra_cflags: Sequence[str] = (), extra_cuda_cflags: Sequence[str] = (), extra_ldflags: Sequence[str] = (),
              extra_include_paths: Sequence[str] = (), backend: str | None = None,
-             arch: CudaArch | str | None = None) -> JitSpec:
+             arch: CudaArch | str | None = None, kernel_root: str | os.PathLike | None = None) -> JitSpec:
         """Check and normalize a specialization's description; compiles nothing.
 
         Parameters
@@ -153,18 +188,48 @@ class JitSpec:
         arch
             The GPU build's target, e.g. ``"9.0"``; default: the visible GPU, else
             ``$KERNKIT_CUDA_ARCH``.
+        kernel_root
+            The directory of the project the user's files belong to. A file under it (a source,
+            a header those include, an ``extra_include_paths`` directory) enters the key, and the
+            build's record, by its path relative to it, so the project finds its builds after it
+            moves (another clone, a container that builds in ``/build`` and runs in ``/app``,
+            the same wheel in another environment). Default: the directory of the Python file
+            whose code calls ``make`` or ``load_jit`` (found from the caller's frame); code
+            without a file (``python -c``, an interactive session) has none. Files outside it
+            keep their absolute path.
 
         Returns
         -------
         JitSpec
             The frozen spec. Raises ``TypeError``/``ValueError``/``FileNotFoundError`` for a bad
-            description and ``ArchError`` when a GPU build's target cannot be chosen.
+            description (``NotADirectoryError`` for a ``kernel_root`` that is not a directory)
+            and ``ArchError`` when a GPU build's target cannot be chosen.
+
+        Example
+        -------
+        >>> KERNEL = Path(__file__).resolve().parent / "my_scale.cuh"  # next to the op's module
+        >>> spec = JitSpec.make("my_scale", "fp32_t", "false", cuda_files=[str(KERNEL)],
+        ...                     cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu")
+        >>> spec.kernel_root == str(KERNEL.parent)  # doctest: +SKIP
+        True
         """
+        root = _caller_root(sys._getframe(1)) if kernel_root is None else _root_dir(kernel_root, check=True)
+        return cls._normalized(marker, root, True, cuda_files, cpp_files, cuda_wrappers, cpp_wrappers, extra_cflags,
+                               extra_cuda_cflags, extra_ldflags, extra_include_paths, backend, arch)
+
+    @classmethod
+    def _normalized(cls, marker: tuple, root: str | None, check: bool, cuda_files: Sequence[str],
+                    cpp_files: Sequence[str], cuda_wrappers: Sequence[tuple[str, str]],
+                    cpp_wrappers: Sequence[tuple[str, str]], extra_cflags: Sequence[str],
+                    extra_cuda_cflags: Sequence[str], extra_ldflags: Sequence[str], extra_include_paths: Sequence[str],
+                    backend: str | None, arch: CudaArch | str | None) -> JitSpec:
+        """``make``'s work, with the kernel root chosen; with ``check`` False the sources need not
+        exist here (``from_request`` binding a build made elsewhere)."""
         if not marker:
             raise ValueError("load_jit: give at least one marker (the kernel's name)")
         name, *args = (str(m) for m in marker)
-        cuda = tuple(_source(f) for f in _strings(cuda_files, "cuda_files"))
-        cpp = tuple(_source(f) for f in _strings(cpp_files, "cpp_files"))
+        cuda = tuple(_source(f, check) for f in _strings(cuda_files, "cuda_files"))
+        cpp = tuple(_source(f, check) for f in _strings(cpp_files, "cpp_files"))
         cuda_w, cpp_w = _wrappers(cuda_wrappers, "cuda_wrappers"), _wrappers(cpp_wrappers, "cpp_wrappers")
         clash = {n for n, _ in cuda_w} & {n for n, _ in cpp_w}
         if clash:
@@ -188,20 +253,28 @@ class JitSpec:
             if backend == "emu" and emu_sanitizers():  # KERNKIT_EMU_SANITIZE: part of the key
                 san = (f"-fsanitize={','.join(emu_sanitizers())}", "-fno-omit-frame-pointer", "-g")
                 cflags, ldflags = cflags + san, ldflags + san
+        includes = tuple(str(Path(p).resolve()) for p in _strings(extra_include_paths, "extra_include_paths"))
+        if root is not None and not any(_root_name(f, root) for f in (*cuda, *cpp, *includes)):
+            root = None  # nothing is under it: keyed as before, by absolute paths
         return cls(name, tuple(args), cuda, cpp, cuda_w, cpp_w, cflags,
-                   _strings(extra_cuda_cflags, "extra_cuda_cflags") if backend == "nvcc" else (), ldflags,
-                   tuple(str(Path(p).resolve()) for p in _strings(extra_include_paths, "extra_include_paths")),
-                   backend, arch)
+                   _strings(extra_cuda_cflags, "extra_cuda_cflags") if backend == "nvcc" else (), ldflags, includes,
+                   backend, arch, root)
 
     @classmethod
-    def from_request(cls, request: dict) -> JitSpec:
-        """The spec of a build request (``manifest.request``), for the architecture it names: how
-        ``cache import`` recomputes the key of a shipped build from its record.
+    def from_request(cls, request: dict, check_files: bool = True) -> JitSpec:
+        """The spec of a build request (``manifest.request``), for the architecture and kernel
+        root it names: how ``warmup --manifest`` replays a request and ``cache import``
+        recomputes the key of a shipped build from its record.
 
         Parameters
         ----------
         request
-            ``{"marker": [name, *args], "cuda_files": [...], ..., "backend": ..., "arch": ...}``.
+            ``{"marker": [name, *args], "cuda_files": [...], ..., "backend": ..., "arch": ...}``,
+            and ``"kernel_root"`` where the spec had one.
+        check_files
+            False makes the spec of a request whose sources are not here (a build made in a
+            project that has moved since): its key is the same, since it names the files under
+            the kernel root by their path there.
 
         Returns
         -------
@@ -214,10 +287,11 @@ class JitSpec:
         >>> JitSpec.from_request(manifest.request(spec)) == spec  # doctest: +SKIP
         True
         """
-        name, *args = request["marker"]
-        options = {k: request[k] for k in ("cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags",
-                                           "extra_cuda_cflags", "extra_ldflags", "extra_include_paths", "backend")}
-        return cls.make(name, *args, **options, arch=request["arch"])
+        root = request.get("kernel_root")
+        fields = ("cuda_files", "cpp_files", "cuda_wrappers", "cpp_wrappers", "extra_cflags", "extra_cuda_cflags",
+                  "extra_ldflags", "extra_include_paths", "backend", "arch")
+        return cls._normalized(tuple(request["marker"]), None if root is None else _root_dir(root, check=False),
+                               check_files, *(request[k] for k in fields))
 
     @property
     def title(self) -> str:
@@ -233,24 +307,43 @@ class JitSpec:
     def _backend(self) -> Backend:
         return BACKENDS[self.backend] if self.backend else HOST
 
-    @cached_property
-    def units(self) -> tuple[tuple[str, str, str], ...]:
-        """The generated translation units as ``(file name, text, ninja rule)``."""
+    def _units(self, name) -> tuple[tuple[str, str, str], ...]:
+        """The translation units, each file included by ``name(file)``."""
         units = []
         if self.cuda_files:
-            units.append((self._backend.unit, _render(self.title, self.cuda_files, self.cuda_wrappers), "cuda"))
+            units.append((self._backend.unit, _render(self.title, map(name, self.cuda_files), self.cuda_wrappers),
+                          "cuda"))
         if self.cpp_files:
-            units.append(("host.cc", _render(self.title, self.cpp_files, self.cpp_wrappers), "cxx"))
+            units.append(("host.cc", _render(self.title, map(name, self.cpp_files), self.cpp_wrappers), "cxx"))
         return tuple(units)
+
+    @cached_property
+    def units(self) -> tuple[tuple[str, str, str], ...]:
+        """The generated translation units as ``(file name, text, ninja rule)``: a shipped kernel
+        included by its name under ``kernels/``, a user's file by its absolute path."""
+        return self._units(lambda f: shipped_name(f) or f)
+
+    def key_name(self, path: str) -> str:
+        """How the key names a source or include directory: a shipped kernel by its name under
+        ``kernkit/kernels/``, a path under the kernel root as ``<root>/`` and its path there (so
+        the key does not depend on where the project is), any other by its absolute path."""
+        rel = _root_name(path, self.kernel_root)  # None for kernkit's own files
+        return ROOT_PREFIX + rel if rel else shipped_name(path) or path
 
     @cached_property
     def key(self) -> str:
         """SHA-256 (hex) of everything the spec says that decides the build: layout, kernkit and
-        tvm-ffi versions, backend and its fixed flags, architecture, units, every flag. What the
-        build reads besides (headers, compilers) is checked against its record instead."""
+        tvm-ffi versions, backend and its fixed flags, architecture, units, every flag, with the
+        files and include directories named as ``key_name`` names them. What the build reads
+        besides (the content of the files and of their headers, the compilers) is checked
+        against its record instead. Without a kernel root, the units are the build's own."""
+        if self.kernel_root is None:
+            units, includes = self.units, self.extra_include_paths
+        else:
+            units, includes = self._units(self.key_name), tuple(map(self.key_name, self.extra_include_paths))
         material = [cache.LAYOUT, __version__, tvm_ffi.__version__, self.backend, self._backend.flags,
-                    CXX_FLAGS if self.cpp_files else (), str(self.arch), self.units, self.extra_cflags,
-                    self.extra_cuda_cflags, self.extra_ldflags, self.extra_include_paths]
+                    CXX_FLAGS if self.cpp_files else (), str(self.arch), units, self.extra_cflags,
+                    self.extra_cuda_cflags, self.extra_ldflags, includes]
         return hashlib.sha256(json.dumps(material).encode()).hexdigest()
 
     @property
@@ -321,7 +414,7 @@ class JitSpec:
             raise JitDisabledError(
                 f"{JIT_VAR}=off and {where} is not in {searched}; build it ahead of time on a "
                 f"machine with the compilers (same cache directory, `python -m kernkit.jit warmup`), or unset "
-                f"{JIT_VAR}")
+                f"{JIT_VAR}.{_nearest(self, tops)}")
         mode = frozen()
         if mode:
             asked = f"{where}, asked for by {requester.get()}," if requester.get() else where
@@ -329,7 +422,8 @@ class JitSpec:
                 raise FrozenCompileError(
                     f"{FREEZE_VAR}=error (kernkit.jit.freeze) and {asked} is not in {searched}: "
                     "build it ahead of time (record the specializations a run loads with KERNKIT_RECORD=FILE, "
-                    "then `python -m kernkit.jit warmup --manifest FILE`), or freeze with mode='warn'")
+                    f"then `python -m kernkit.jit warmup --manifest FILE`), or freeze with mode='warn'."
+                    f"{_nearest(self, tops)}")
             logger.warning("kernkit: %s=warn and %s is not in the cache: compiling it", FREEZE_VAR, asked)
             cache.note_frozen_compile({"title": self.title, "label": self.label, "asked_by": requester.get(),
                                        "pid": os.getpid(), "time": time.time()})
@@ -337,7 +431,7 @@ class JitSpec:
             raise ToolchainError(f"cannot build {where}: {missing}. Or build it ahead of time on a machine that "
                                  "has the toolchain (`python -m kernkit.jit warmup`, same cache directory)")
         with cache.locked(self.key, self.label):
-            lib = cache.find(self.key_dir, stamps)  # built by another process meanwhile?
+            lib = cache.find(self.key_dir, stamps, root=self.kernel_root)  # built by another process meanwhile?
             return lib if lib is not None else self._compile(backend, compilers)
 
     def _find(self, stamps: list | None) -> Path | None:
@@ -345,7 +439,7 @@ class JitSpec:
         (``KERNKIT_CACHE_SHARED``) first: many machines, one build."""
         relative = self.key_dir.relative_to(cache.root())
         for top in _searched():
-            lib = cache.find(top / relative, stamps, read_only=top != cache.root())
+            lib = cache.find(top / relative, stamps, read_only=top != cache.root(), root=self.kernel_root)
             if lib is not None:
                 return lib
         return None
@@ -355,7 +449,7 @@ class JitSpec:
         start = time.perf_counter()
         try:
             headers = backend.build(self, compilers, staging)
-            deps = [cache.file_record(h) for h in headers]
+            deps = [cache.file_record(h, self.kernel_root) for h in headers]
             tools = [{"path": c, "stamp": stamp(c), "version": version(c)} for c in compilers]
         except CompileError as e:
             full = next((ln for ln in e.log.splitlines() if "No space left" in ln or "quota exceeded" in ln), "")
@@ -422,6 +516,86 @@ def _searched() -> list[Path]:
     return [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]
 
 
+def _nearest(spec: JitSpec, tops: list[Path]) -> str:
+    """For the error that ``spec`` is not built where it will not be compiled: what the closest
+    build of the same specialization in the caches ``tops`` differs in (``_differences``), or the
+    other specializations of the kernel they hold, as a sentence; '' when they hold none. It
+    reads that kernel's records only, and only on the error path."""
+    found, others = [], set()
+    for top in tops:
+        for path in sorted((top / spec.key_dir.parent.name).glob("[!.]*/[!.]*/meta.json")):
+            try:
+                meta = cache.check_record(json.loads(path.read_bytes()))
+            except (OSError, ValueError):
+                continue
+            if meta["title"] != spec.title:
+                others.add(meta["title"])
+                continue
+            diff = _differences(spec, meta)
+            found.append((len(diff), -meta["built_at"], str(path.parent), diff))
+    if found:
+        _, _, where, diff = min(found)
+        return f" The nearest build of {spec.title}, {where}, differs in: {'; '.join(diff)}."
+    if others:
+        shown = ", ".join(_shown(t) for t in sorted(others)[:3])
+        return f" Builds of {spec.name} are cached for other template arguments only: {shown}."
+    return ""
+
+
+#: The fields of a build request that name files and include directories (``_named``).
+_PATH_FIELDS = ("cuda_files", "cpp_files", "extra_include_paths")
+
+
+def _differences(spec: JitSpec, meta: dict) -> list[str]:
+    """What the build a record describes was made from and ``spec`` would not be: kernkit's and
+    tvm-ffi's versions, the backend and architecture, then the fields of its build request, the
+    files and include directories as the key names them (``_named``); for a build of ``spec``'s
+    own key, the first header that is no longer the one it read. Each as ``FIELD THERE there,
+    HERE here``."""
+    mine = manifest.request(spec)
+    out = [f"{what} {_shown(there)} there, {here} here" for what, here, there in (
+        ("kernkit", __version__, meta["kernkit"]), ("tvm-ffi", tvm_ffi.__version__, meta["tvm_ffi"]),
+        ("backend", spec.backend, meta["backend"]), ("arch", mine["arch"], meta["arch"])) if here != there]
+    theirs = meta.get("request")
+    if theirs is None:
+        return out + ["its record holds no build request (made by an older kernkit)"]
+    for field in (*_PATH_FIELDS, "cuda_wrappers", "cpp_wrappers", "extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
+        here, there = _named(mine, field), _named(theirs, field)
+        if here != there:
+            roots = (f" (kernel root {theirs.get('kernel_root') or 'none'} there, {spec.kernel_root or 'none'} here)"
+                     if field in _PATH_FIELDS else "")
+            out.append(f"{field} {there} there, {here} here{roots}")
+    if meta["key"] == spec.key:
+        out.append(_stale_header(spec, meta))
+    return out or ["nothing its record names (the key also covers the layout and the backend's fixed flags)"]
+
+
+def _stale_header(spec: JitSpec, meta: dict) -> str:
+    """Why a build of ``spec``'s own key is not current: the first header it read that is edited
+    or missing here."""
+    stale = next((d[0] for d in meta["deps"] if not cache.unchanged(d, spec.kernel_root)), None)
+    if stale is None:
+        return "kernkit's headers, which are not those of the installation that built it"
+    where = "" if stale.startswith("/") else f" (under the kernel root {spec.kernel_root})"
+    return f"header {_shown(stale)}{where}, which is edited or missing here"
+
+
+def _shown(value: object) -> str:
+    """A string of a record (which anyone who writes the cache wrote) for a message: as it is
+    when printable, else its ``repr``, so an escape sequence cannot rewrite the terminal."""
+    return value if isinstance(value, str) and value.isprintable() else repr(value)
+
+
+def _named(request: dict, field: str) -> object:
+    """A request's ``field``; for files and include directories, each under the request's kernel
+    root named ``<root>/`` and its path there, as the key names it."""
+    value, root = request.get(field), request.get("kernel_root")
+    if field not in _PATH_FIELDS or not isinstance(root, str) or not isinstance(value, list):
+        return value
+    return [ROOT_PREFIX + rel if isinstance(f, str) and f.startswith("/") and (rel := _root_name(f, root)) else f
+            for f in value]
+
+
 #: Descriptors of the build directories whose path is not UTF-8, by path (``_utf8_path``).
 _DIR_FDS: dict[str, int] = {}
 
@@ -441,14 +615,14 @@ def _utf8_path(lib: Path) -> str:
         return f"/proc/self/fd/{_DIR_FDS[folder]}/{lib.name}"
 
 
-def _render(title: str, files: Sequence[str], wrappers: Sequence[tuple[str, str]]) -> str:
-    """One translation unit: the files, then one ``KERNKIT_EXPORT`` (``kernkit/export.h``) per
-    wrapper, inside ``namespace kernkit`` so that symbols need no prefix. Shipped kernels are
-    included by their name under ``kernels/``, so the text (hence the key) does not depend on
-    where kernkit is installed."""
+def _render(title: str, names: Iterable[str], wrappers: Sequence[tuple[str, str]]) -> str:
+    """One translation unit: the files by the ``names`` given, then one ``KERNKIT_EXPORT``
+    (``kernkit/export.h``) per wrapper, inside ``namespace kernkit`` so that symbols need no
+    prefix. Shipped kernels are named by their name under ``kernels/``, so the text (hence the
+    key) does not depend on where kernkit is installed."""
     lines = [f"// Generated by kernkit.jit for {title}. Do not edit: rebuilt from the sources below.",
              "#include <kernkit/export.h>", ""]
-    lines += [f'#include "{shipped_name(f) or f}"' for f in files]
+    lines += [f'#include "{name}"' for name in names]
     lines += ["", "namespace kernkit {"]
     # Parenthesized, so template argument lists with commas stay one macro argument.
     lines += [f"KERNKIT_EXPORT({name}, ({symbol}))" for name, symbol in wrappers]
@@ -475,7 +649,10 @@ def load_jit(*marker: object, **options: object) -> tvm_ffi.Module:
     ----------
     marker, options
         As for ``JitSpec.make``: the kernel's name and template arguments, then ``cuda_files``,
-        ``cpp_files``, ``cuda_wrappers``, ``cpp_wrappers``, ``extra_*``, ``backend``, ``arch``.
+        ``cpp_files``, ``cuda_wrappers``, ``cpp_wrappers``, ``extra_*``, ``backend``, ``arch``,
+        ``kernel_root`` (default: the directory of the Python file that calls ``load_jit``; the
+        user's files under it are keyed by their path there, so its builds follow the project
+        when it moves).
 
     Returns
     -------
@@ -490,5 +667,12 @@ def load_jit(*marker: object, **options: object) -> tvm_ffi.Module:
     ...     return load_jit("scale", *args, cuda_files=["elementwise/scale.cuh"],
     ...                     cuda_wrappers=[("scale", f"scale<{args}>")])
     >>> _module(torch.float16).scale(out, x, 2.0)  # doctest: +SKIP
+
+    A project's own kernel, keyed relative to the project's top directory rather than to the
+    folder of the module that loads it:
+
+    >>> PROJECT = Path(__file__).resolve().parent.parent
+    >>> load_jit("my_scale", "fp32_t", "false", cuda_files=[str(PROJECT / "csrc" / "my_scale.cuh")],
+    ...          cuda_wrappers=[("scale", "scale<fp32_t, false>")], kernel_root=PROJECT)  # doctest: +SKIP
     """
     return JitSpec.make(*marker, **options).build_and_load()  # type: ignore[arg-type]

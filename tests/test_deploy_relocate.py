@@ -21,6 +21,7 @@ import pytest
 
 from kernkit._version import __version__
 from kernkit.jit import FrozenCompileError, JitDisabledError, JitSpec, cache, maker, manifest
+from kernkit.jit import miss
 from kernkit.jit import spec as spec_module
 from kernkit.jit.paths import KERNELS_DIR
 
@@ -157,7 +158,8 @@ def test_a_miss_with_the_jit_off_says_what_differs_from_the_nearest_build(copied
     assert message.endswith(f"differs in: cuda_files ['<root>/kernels/my_scale.cuh'] there, ['<root>/my_scale.cuh'] "
                             f"here (kernel root {root} there, {root / 'kernels'} here)."), message
     with monkeypatch.context() as m:
-        m.setattr(spec_module, "__version__", "0.0.0.dev1")
+        for module in (spec_module, miss):  # the key's version, and the one the message compares
+            m.setattr(module, "__version__", "0.0.0.dev1")
         message = _refused(_spec(project))
     assert message.endswith(f"differs in: kernkit {__version__} there, 0.0.0.dev1 here."), message
     monkeypatch.delenv("KERNKIT_JIT")

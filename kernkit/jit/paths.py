@@ -17,6 +17,8 @@ EMU_INCLUDE_DIR = PACKAGE_ROOT / "emu" / "include"
 KERNELS_DIR = PACKAGE_ROOT / "kernels"
 #: The library a build makes, in its build directory.
 LIB_NAME = "lib.so"
+#: How a key names a file under the spec's kernel root: this, then its path under the root.
+ROOT_PREFIX = "<root>/"
 
 
 def shipped_name(f: str) -> str | None:

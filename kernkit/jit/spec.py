@@ -24,20 +24,17 @@ import tvm_ffi
 from .._version import __version__
 from . import cache
 from .arch import CudaArch, target_arch
-from . import manifest, wrappers
+from . import manifest, miss, wrappers
 from .backends import BACKENDS, HOST, default_backend
 from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
 from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
-from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, root_name, shipped_name
+from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, ROOT_PREFIX, root_name, shipped_name
 
 logger = logging.getLogger("kernkit.jit")
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
-
-#: How a key names a file under the spec's kernel root: this, then its path under the root.
-ROOT_PREFIX = "<root>/"
 
 #: ``paths.root_name``, once per file and root in a process: a warm ``load_jit`` resolves no path.
 _root_name = lru_cache(maxsize=1024)(root_name)
@@ -414,7 +411,7 @@ class JitSpec:
             raise JitDisabledError(
                 f"{JIT_VAR}=off and {where} is not in {searched}; build it ahead of time on a "
                 f"machine with the compilers (same cache directory, `python -m kernkit.jit warmup`), or unset "
-                f"{JIT_VAR}.{_nearest(self, tops)}")
+                f"{JIT_VAR}.{miss.nearest(self, tops)}")
         mode = frozen()
         if mode:
             asked = f"{where}, asked for by {requester.get()}," if requester.get() else where
@@ -423,7 +420,7 @@ class JitSpec:
                     f"{FREEZE_VAR}=error (kernkit.jit.freeze) and {asked} is not in {searched}: "
                     "build it ahead of time (record the specializations a run loads with KERNKIT_RECORD=FILE, "
                     f"then `python -m kernkit.jit warmup --manifest FILE`), or freeze with mode='warn'."
-                    f"{_nearest(self, tops)}")
+                    f"{miss.nearest(self, tops)}")
             logger.warning("kernkit: %s=warn and %s is not in the cache: compiling it", FREEZE_VAR, asked)
             cache.note_frozen_compile({"title": self.title, "label": self.label, "asked_by": requester.get(),
                                        "pid": os.getpid(), "time": time.time()})
@@ -514,86 +511,6 @@ def _searched() -> list[Path]:
     """The cache roots a load searches, in order: the shared ones (``KERNKIT_CACHE_SHARED``),
     then this process's own."""
     return [*(d.absolute() / cache.LAYOUT for d in shared_dirs()), cache.root()]
-
-
-def _nearest(spec: JitSpec, tops: list[Path]) -> str:
-    """For the error that ``spec`` is not built where it will not be compiled: what the closest
-    build of the same specialization in the caches ``tops`` differs in (``_differences``), or the
-    other specializations of the kernel they hold, as a sentence; '' when they hold none. It
-    reads that kernel's records only, and only on the error path."""
-    found, others = [], set()
-    for top in tops:
-        for path in sorted((top / spec.key_dir.parent.name).glob("[!.]*/[!.]*/meta.json")):
-            try:
-                meta = cache.check_record(json.loads(path.read_bytes()))
-            except (OSError, ValueError):
-                continue
-            if meta["title"] != spec.title:
-                others.add(meta["title"])
-                continue
-            diff = _differences(spec, meta)
-            found.append((len(diff), -meta["built_at"], str(path.parent), diff))
-    if found:
-        _, _, where, diff = min(found)
-        return f" The nearest build of {spec.title}, {where}, differs in: {'; '.join(diff)}."
-    if others:
-        shown = ", ".join(_shown(t) for t in sorted(others)[:3])
-        return f" Builds of {spec.name} are cached for other template arguments only: {shown}."
-    return ""
-
-
-#: The fields of a build request that name files and include directories (``_named``).
-_PATH_FIELDS = ("cuda_files", "cpp_files", "extra_include_paths")
-
-
-def _differences(spec: JitSpec, meta: dict) -> list[str]:
-    """What the build a record describes was made from and ``spec`` would not be: kernkit's and
-    tvm-ffi's versions, the backend and architecture, then the fields of its build request, the
-    files and include directories as the key names them (``_named``); for a build of ``spec``'s
-    own key, the first header that is no longer the one it read. Each as ``FIELD THERE there,
-    HERE here``."""
-    mine = manifest.request(spec)
-    out = [f"{what} {_shown(there)} there, {here} here" for what, here, there in (
-        ("kernkit", __version__, meta["kernkit"]), ("tvm-ffi", tvm_ffi.__version__, meta["tvm_ffi"]),
-        ("backend", spec.backend, meta["backend"]), ("arch", mine["arch"], meta["arch"])) if here != there]
-    theirs = meta.get("request")
-    if theirs is None:
-        return out + ["its record holds no build request (made by an older kernkit)"]
-    for field in (*_PATH_FIELDS, "cuda_wrappers", "cpp_wrappers", "extra_cflags", "extra_cuda_cflags", "extra_ldflags"):
-        here, there = _named(mine, field), _named(theirs, field)
-        if here != there:
-            roots = (f" (kernel root {theirs.get('kernel_root') or 'none'} there, {spec.kernel_root or 'none'} here)"
-                     if field in _PATH_FIELDS else "")
-            out.append(f"{field} {there} there, {here} here{roots}")
-    if meta["key"] == spec.key:
-        out.append(_stale_header(spec, meta))
-    return out or ["nothing its record names (the key also covers the layout and the backend's fixed flags)"]
-
-
-def _stale_header(spec: JitSpec, meta: dict) -> str:
-    """Why a build of ``spec``'s own key is not current: the first header it read that is edited
-    or missing here."""
-    stale = next((d[0] for d in meta["deps"] if not cache.unchanged(d, spec.kernel_root)), None)
-    if stale is None:
-        return "kernkit's headers, which are not those of the installation that built it"
-    where = "" if stale.startswith("/") else f" (under the kernel root {spec.kernel_root})"
-    return f"header {_shown(stale)}{where}, which is edited or missing here"
-
-
-def _shown(value: object) -> str:
-    """A string of a record (which anyone who writes the cache wrote) for a message: as it is
-    when printable, else its ``repr``, so an escape sequence cannot rewrite the terminal."""
-    return value if isinstance(value, str) and value.isprintable() else repr(value)
-
-
-def _named(request: dict, field: str) -> object:
-    """A request's ``field``; for files and include directories, each under the request's kernel
-    root named ``<root>/`` and its path there, as the key names it."""
-    value, root = request.get(field), request.get("kernel_root")
-    if field not in _PATH_FIELDS or not isinstance(root, str) or not isinstance(value, list):
-        return value
-    return [ROOT_PREFIX + rel if isinstance(f, str) and f.startswith("/") and (rel := _root_name(f, root)) else f
-            for f in value]
 
 
 #: Descriptors of the build directories whose path is not UTF-8, by path (``_utf8_path``).

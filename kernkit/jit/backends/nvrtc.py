@@ -167,8 +167,11 @@ def device_steps(spec, build_dir: Path, sm: str, obj: str, check: bool = False,
     (build_dir / "kernels.txt").write_text("\n".join(sorted(kernels)) + "\n")
     (build_dir / "device.cu").write_text("".join(f'#include "{_half_name(f, i)}"\n'
                                                  for i, f in enumerate(spec.cuda_files)))
+    # A user's file is compiled as its half, elsewhere: what it includes by a quoted name from its
+    # own folder is found on the path, after the halves.
+    beside = dict.fromkeys(str(Path(f).parent) for f in spec.cuda_files if not shipped_name(f))
     options = [*NVRTC_FLAGS, f"-arch=sm_{sm}", *macros, "-Idevice", "-Ishim",
-               *(f"-I{d}" for d in (*spec.extra_include_paths, *toolkit().include))]
+               *(f"-I{d}" for d in (*beside, *spec.extra_include_paths, *toolkit().include))]
     driver = quote([sys.executable, str(Path(__file__).with_name("nvrtc_device.py")), *(["--check"] * check),
                     toolkit().nvrtc])
     outputs = "kernel.cubin" if check else "kernels.S kernel.cubin"

@@ -1,7 +1,7 @@
 """Benchmark indexing (embedding lookup) on the GPU: CUDA-graph time per call against
 F.embedding, torch.compile of it and the device copy bandwidth, for n from 1 to 65536.
 
-    python benchmark/bench_ref.py --out DIR [--ns 1,64,65536] [--per-thread 2,8]
+    python benchmark/bench_indexing.py --out DIR [--ns 1,64,65536] [--per-thread 2,8]
 
 Bytes counted per call: n table rows read and n output rows written (2 x n x row bytes). Ids
 are random over the whole table; outputs are rotated over enough buffers that each graph

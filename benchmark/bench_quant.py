@@ -3,7 +3,7 @@ eager and through torch.compile: CUDA-graph time per call and achieved bandwidth
 sizes 4096 and 5120 (Llama-3-8B's and Qwen's widths) and 14336 (Llama-3-8B's MLP width), from
 1 to 16384 tokens.
 
-    python benchmark/bench_ref.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336] [--tokens 1,16,...]
+    python benchmark/bench_quant.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336] [--tokens 1,16,...]
 
 Bytes counted per call: the input read once, the fp8 output and the fp32 scales written once
 (tokens x (hidden x (element size + 1) + 4)). Inputs are rotated over enough buffers that each

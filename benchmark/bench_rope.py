@@ -3,7 +3,7 @@ rotation, eager and under torch.compile: CUDA-graph time per call and achieved b
 heads of Llama-3-8B (32 q heads, 8 kv heads, head_dim 128) and Qwen3 (64 q heads, 8 kv heads,
 head_dim 128), full rotary, neox pairing, 1 to 16384 tokens.
 
-    python benchmark/bench_ref.py --out DIR [--dtype bf16] [--tokens 1,16,64] [--cache-dtype fp32]
+    python benchmark/bench_rope.py --out DIR [--dtype bf16] [--tokens 1,16,64] [--cache-dtype fp32]
 
 Bytes counted per call, each once: the rotated part of q and k read and written, the positions
 read and one cache row per token read. Inputs (q, k, positions) are rotated over enough buffers

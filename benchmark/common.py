@@ -30,13 +30,6 @@ ROTATE_BYTES = 3 * 60 * 2**20
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.float8_e4m3fn}
 
 
-def reference():
-    """``kernkit.testing.oracle``: the torch implementations of the ops (the tests' oracle)."""
-    from kernkit.testing import oracle
-
-    return oracle
-
-
 def calls_for(bytes_per_call: int, min_calls: int = 20, max_calls: int = 1000) -> int:
     """Calls in one graph, each on its own inputs, so that they touch ``ROTATE_BYTES`` or more."""
     return max(min_calls, min(max_calls, math.ceil(ROTATE_BYTES / max(bytes_per_call, 1))))

@@ -174,7 +174,7 @@ def test_rmsnorm_within_the_stated_tolerance(dtype, hidden, lead):
 @pytest.mark.parametrize("dtype,hidden", BUILDS, ids=str)
 @pytest.mark.parametrize("rows", [37, 1100], ids=lambda r: f"{r}rows")
 def test_bits_equal_the_fp32_reference_in_the_kernel_order(dtype, hidden, rows):
-    """``kernkit/testing/oracle.py`` (``kernel_order``) repeats the kernel's fp32 operations in its order (what
+    """``ref_rmsnorm`` (``row_inv_rms``) repeats the kernel's fp32 operations in its order (what
     ``kernkit/testing/hashes.py`` compares byte for byte): the emulator matches it exactly, for
     rows of several magnitudes, few rows and many."""
     g = torch.Generator().manual_seed(hidden)

@@ -48,8 +48,7 @@ class CudaArch:
     def parse(cls, text: str) -> CudaArch:
         """Parse ``9.0``, ``9.0a``, ``90``, ``sm_90a``."""
         # Plain string tests rather than a regular expression: this runs on every load (from
-        # $KERNKIT_CUDA_ARCH), and compiling a pattern costs more than the rest of a warm load's
-        # key computation.
+        # $KERNKIT_CUDA_ARCH), whose key computation is kept to string work.
         t = text.strip().lower().removeprefix("sm_").removeprefix("compute_").rstrip("a")
         major, dot, minor = t.partition(".")
         if not dot and len(t) >= 2:

@@ -5,8 +5,9 @@ than ``custom_op``), so ``torch.compile`` and ``torch.export`` see one node per 
 function routes to it while traced (``torch.compiler.is_compiling()``) and runs the kernel
 directly otherwise. An op with a keyword-only ``out=None`` gets two custom ops: ``name`` (returns
 a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). An op that returns
-``tuple[Tensor, Tensor, ...]`` with ``out`` as the first element (``per_token_quant_fp8``: ``q``
-and its scales) gets a ``name_out`` that mutates ``out`` and returns the other tensors. Ops are not
+``tuple[Tensor, Tensor]`` with ``out`` as the first element (``per_token_quant_fp8``: ``q`` and
+its scales) gets a ``name_out`` that mutates ``out`` and returns the other tensor (a longer tuple
+is refused). Ops are not
 differentiable (autograd falls through: outputs do not require grad; an input that requires grad
 under grad mode is warned about once per op and argument). What torch checks for an
 in-place op the public function checks too: it refuses to write a tensor autograd records or an

@@ -228,8 +228,9 @@ def _write_halves(spec, build_dir: Path, host: bool = True) -> tuple[list[Path],
         shim.parent.mkdir(parents=True, exist_ok=True)
         # The standard headers kernkit's device code uses become nvrtc_std.h; any other header
         # NVRTC lacks (tvm-ffi's, <tuple>, <array>) becomes empty: kernkit includes those for its
-        # host code, and device code that needs more includes <cuda/std/...> itself. Mapping them
-        # to libcu++'s instead would cost about 0.7 s per build for each one (its type traits).
+        # host code, and device code that needs more includes <cuda/std/...> itself. They are not
+        # mapped to libcu++'s, whose type traits would weigh on every build (benchmark/results/
+        # timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
         text = f'#include "{_STD.name}"\n' + _GLOBAL_NAMES.get(header, "") if header in _STD_HEADERS else ""
         shim.write_text("#pragma once\n" + text)
     return list(files), kernels

@@ -337,9 +337,8 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 ///
 /// `blockIdx.x` picks a chunk of `blockDim.x` vectors of a row, `blockIdx.y` strides over the
 /// rows; each thread loads one vector of the gate half and the matching vector of the up half.
-/// Blocks are issued x first, so consecutive blocks cover consecutive chunks of one row; with
-/// the rows on x, consecutive blocks were a row apart in memory and large inputs ran slower
-/// (benchmark/results/tuning-rmsnorm-act-rope-h200-2026-12-03-361953f.md).
+/// Blocks are issued x first, so consecutive blocks cover consecutive chunks of one row and read
+/// memory in order (benchmark/results/tuning-rmsnorm-act-rope-h200-2026-12-03-361953f.md).
 /// \tparam T Element type: fp16_t, bf16_t or fp32_t.
 /// \tparam kAct kActSilu, kActGelu or kActGeluTanh.
 /// \tparam kVecN Elements per vector access (16 bytes worth, or 1 for unaligned rows).
@@ -350,9 +349,8 @@ KERNKIT_DEVICE void act_mul_vec(const T* gate, const T* up, T* dst, int64_t i) {
 /// \param rows Number of rows.
 /// \param d Elements per output row (a multiple of `kVecN`).
 ///
-/// Launch bounds: at most 256 threads a block (the launcher's most), 8 blocks an SM, so at most
-/// 32 registers and every warp slot of an SM holding loads in flight (the kernel is bound by
-/// memory; unbounded, the fp16/bf16 fast paths take 38-40 registers; bounded, none spills).
+/// Launch bounds: at most 256 threads a block (the launcher's most) and 8 blocks an SM, so that
+/// every warp slot of an SM can hold loads in flight: the kernel is bound by memory.
 template <typename T, int32_t kAct, int32_t kVecN, bool kUsePDL>
 __global__ void __launch_bounds__(256, 8)
     act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ x, int64_t x_row_stride, int64_t rows, int64_t d) {

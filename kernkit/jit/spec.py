@@ -53,11 +53,11 @@ class CaptureCompileError(RuntimeError):
     graph: kernkit never compiles inside a capture."""
 
 
-def _strings(value: object, what: str) -> tuple[str, ...]:
+def _strings(value: str | os.PathLike[str] | Iterable[object], what: str) -> tuple[str, ...]:
     if isinstance(value, (str, os.PathLike)):
         return (str(value),)
-    try:
-        return tuple(str(v) for v in value)  # type: ignore[union-attr]
+    try:  # load_jit passes its options on unchecked: one that is not iterable raises here
+        return tuple(str(v) for v in value)
     except TypeError:
         raise TypeError(f"load_jit: {what} must be a sequence of strings, got {value!r}") from None
 
@@ -98,9 +98,9 @@ def _root_dir(path: object, check: bool) -> str:
     return real
 
 
-def _wrappers(wrappers: object, what: str) -> tuple[tuple[str, str], ...]:
+def _wrappers(wrappers: Iterable[object], what: str) -> tuple[tuple[str, str], ...]:
     out: list[tuple[str, str]] = []
-    for item in wrappers:  # type: ignore[union-attr]
+    for item in wrappers:
         if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise TypeError(f"{what}: each wrapper is (export_name, 'symbol<args>'), got {item!r}")
         name, symbol = item[0], item[1].strip()

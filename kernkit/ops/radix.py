@@ -18,7 +18,7 @@ def _module():
     return compare_key_spec().build_and_load()
 
 
-def _fake(a: torch.Tensor, b: torch.Tensor) -> int:
+def _fake(a: torch.Tensor, b: torch.Tensor) -> torch.SymInt:
     # A data-dependent int that later code may use in shapes (tokens[:n]).
     n = torch.library.get_ctx().new_dynamic_size()
     torch._check(n <= a.shape[0])

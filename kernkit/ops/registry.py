@@ -206,7 +206,10 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
 
     It is compiled with ``fn``'s own parameter list (as dataclasses compile their ``__init__``):
     a generic ``(*args, **kwargs)`` wrapper would pack a tuple and a dict on every call."""
-    params, pos, kw, scope = [], [], [], {}
+    params: list[str] = []
+    pos: list[str] = []
+    kw: list[str] = []
+    scope: dict[str, typing.Any] = {}  # the namespace exec fills
     for p in sig.parameters.values():
         if p.kind is p.KEYWORD_ONLY and "*" not in params:
             params.append("*")
@@ -227,11 +230,11 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     # mode is off and inference tensors may be written, so only the negative bit refuses: the
     # serving path reads one flag a tensor (``negs``); outside it, ``tests``.
     negs = " or ".join(test(n, f"{n}.is_neg()") for n in tensors) or "False"
-    tests = [test(n, f"({n}.requires_grad and grad_enabled()) or {n}.is_inference() or {n}.is_neg()"
-                  if n in written else f"{n}.is_neg()") for n in tensors]
+    checks = [test(n, f"({n}.requires_grad and grad_enabled()) or {n}.is_inference() or {n}.is_neg()"
+                   if n in written else f"{n}.is_neg()") for n in tensors]
     if read:  # an input that requires grad: only under grad mode (a Parameter under no_grad passes)
-        tests.append(f"(({' or '.join(test(n, f'{n}.requires_grad') for n in read)}) and grad_enabled())")
-    tests = " or ".join(tests) or "False"
+        checks.append(f"(({' or '.join(test(n, f'{n}.requires_grad') for n in read)}) and grad_enabled())")
+    tests = " or ".join(checks) or "False"
     bumps = "".join(f"    if {n} is not None:\n        bump(({n},))\n" for n in written if n in optional)
     required = [n for n in written if n not in optional]
     if required:

@@ -49,7 +49,7 @@ def load(path: str | Path) -> ModuleType:
     Raises
     ------
     ImportError
-        Another file of the same stem is imported already.
+        Another file of the same stem is imported already, or ``path`` is not a Python file.
     """
     path = Path(path).resolve()
     known = sys.modules.get(path.stem)
@@ -58,6 +58,8 @@ def load(path: str | Path) -> ModuleType:
             raise ImportError(f"cannot import {path}: a module named {path.stem!r} is imported from {known.__file__}")
         return known
     spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     try:

@@ -57,9 +57,9 @@ def find_cuda_home() -> Path | None:
         return Path(home)
     nvcc = shutil.which("nvcc")
     if nvcc:
-        home = Path(nvcc).resolve().parent.parent
-        if (home / "include" / "cuda_runtime.h").is_file():  # not a wrapper script elsewhere
-            return home
+        around = Path(nvcc).resolve().parent.parent
+        if (around / "include" / "cuda_runtime.h").is_file():  # not a wrapper script elsewhere
+            return around
     default = Path("/usr/local/cuda")
     return default if (default / "bin" / "nvcc").exists() else None
 

@@ -62,12 +62,13 @@ def headers() -> tuple[str, ...]:
         "crt/host_defines.h": _find(include, "crt/host_defines.h"),
         "cuda/std/version": _find(include, "cccl/cuda/std/version") or _find(include, "cuda/std/version"),
     }
-    missing = [name for name, path in found.items() if path is None]
+    paths = {name: path for name, path in found.items() if path is not None}
+    missing = [name for name in found if name not in paths]
     if missing:
         raise ToolchainError(f"CUDA's headers are not installed ({', '.join(missing)} not found): {INSTALL}, "
                              "or set CUDA_HOME to a CUDA toolkit")
-    cccl = found["cuda/std/version"].parent.parent.parent
-    return tuple(dict.fromkeys([str(found["cuda_runtime.h"].parent), str(found["crt/host_defines.h"].parent.parent),
+    cccl = paths["cuda/std/version"].parent.parent.parent
+    return tuple(dict.fromkeys([str(paths["cuda_runtime.h"].parent), str(paths["crt/host_defines.h"].parent.parent),
                                 str(cccl)]))
 
 

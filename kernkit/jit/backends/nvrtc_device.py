@@ -119,6 +119,8 @@ def compile_device(libnvrtc: str, source: bytes, options: list[str],
         for name in names:
             found = ctypes.c_char_p()  # owned by the program: copied out before it is destroyed
             call("nvrtcGetLoweredName", prog, name.encode(), ctypes.byref(found))
+            if found.value is None:  # NVRTC sets it whenever the call succeeds
+                raise RuntimeError(f"nvrtcGetLoweredName: no lowered name for {name}")
             lowered.append(found.value.decode())
         return 0, text, cubin.raw, lowered
     finally:

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit.ops import gelu_and_mul, silu_and_mul
+from kernkit.testing.oracle import op_tests
 
 ACTS = ("silu", "gelu", "gelu_tanh")
 
@@ -72,11 +72,11 @@ def time_case(act: str, dtype: torch.dtype, tokens: int, d: int, compiled) -> tu
     xs = torch.randn(calls, tokens, 2 * d, device="cuda").to(dtype)
     outs = torch.empty(calls, tokens, d, device="cuda", dtype=dtype)
     kk_call, eager = kernkit_fn(act), torch_fn(act)
-    kk = common.graph_time_us([lambda c=c: kk_call(xs[c], outs[c]) for c in range(calls)])
-    th = common.graph_time_us([lambda c=c: eager(xs[c]) for c in range(calls)])
+    kk = common.graph_time_us([lambda c=c, xs=xs, outs=outs: kk_call(xs[c], outs[c]) for c in range(calls)])
+    th = common.graph_time_us([lambda c=c, xs=xs: eager(xs[c]) for c in range(calls)])
     tc = float("nan")
     if compiled is not None:
-        tc = common.graph_time_us([lambda c=c: compiled(xs[c]) for c in range(calls)])
+        tc = common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c]) for c in range(calls)])
     del xs, outs
     torch.cuda.empty_cache()
     return kk, th, tc, per_call

@@ -46,7 +46,7 @@ def torch_prefix(a, b):
 
 def python_loop(a, b):
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -67,10 +67,10 @@ def main() -> None:
         assert ops.compare_key(a, b) == numpy_prefix(an, bn) == torch_prefix(a, b) == length - 1
         reps = max(10, min(20000, 2_000_000 // length))
         res = [
-            per_call_us(lambda: ops.compare_key(a, b), reps),
-            per_call_us(lambda: numpy_prefix(an, bn), reps),
-            per_call_us(lambda: torch_prefix(a, b), reps),
-            per_call_us(lambda: python_loop(al, bl), max(3, reps // 20)),
+            per_call_us(lambda a=a, b=b: ops.compare_key(a, b), reps),
+            per_call_us(lambda an=an, bn=bn: numpy_prefix(an, bn), reps),
+            per_call_us(lambda a=a, b=b: torch_prefix(a, b), reps),
+            per_call_us(lambda al=al, bl=bl: python_loop(al, bl), max(3, reps // 20)),
         ]
         gbs = 2 * 4 * length / (res[0] * 1e-6) / 1e9
         rows.append([length, *res, gbs])

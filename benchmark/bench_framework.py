@@ -124,7 +124,8 @@ def w_load(how: str, where: str) -> dict:
 def w_import() -> dict:
     """``import torch, tvm_ffi``, then ``import kernkit`` and ``kernkit.ops`` on top (ms)."""
     t0 = time.perf_counter()
-    import torch, tvm_ffi  # noqa: E401, F401
+    import torch  # noqa: F401
+    import tvm_ffi  # noqa: F401
 
     t1, started = time.perf_counter(), _count_subprocesses()
     import kernkit  # noqa: F401
@@ -149,9 +150,10 @@ TVM_FFI_DLL_EXPORT_TYPED_FUNC(noop, noop);
 def w_host_cost(cache: str, build_dir: str) -> dict:
     """Host cost per call (us) of the op, its module function, its custom op and a no-op."""
     os.environ["KERNKIT_CACHE_DIR"] = cache
-    import common  # benchmark/common.py, next to this file
     import torch
     import tvm_ffi.cpp
+
+    import common  # benchmark/common.py, next to this file
 
     from kernkit import ops
     from kernkit.ops import kvcache
@@ -179,8 +181,8 @@ def w_warmup(cache: str, count: str, first: str = "1") -> dict:
     os.environ["KERNKIT_CACHE_DIR"] = cache
     import torch
 
-    from kernkit.ops.kvcache import store_spec
     from kernkit.cli.warmup import build_all
+    from kernkit.ops.kvcache import store_spec
 
     specs = [store_spec(torch.bfloat16, (heads, 128)) for heads in range(int(first), int(first) + int(count))]
     t0, c0 = time.perf_counter(), _child_cpu()
@@ -368,8 +370,9 @@ def cold_rows(tmp: Path, backends: list[str], repeats: int) -> list[list[str]]:
 
 
 def cold_main(args) -> int:
-    import common
     import torch
+
+    import common
 
     if not torch.cuda.is_available():
         os.environ.setdefault("KERNKIT_CUDA_ARCH", "9.0")  # inherited by the workers
@@ -398,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-compile", action="store_true", help="skip the cold-compile rows")
     ap.add_argument("--cold", action="store_true", help="only the cold-compile timeline (first call, later "
                     "specialization, warm load) per backend")
-    ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"], help="--cold's backends (emu, nvrtc, nvcc; sglang for its jit_kernel)")
+    ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"],
+                    help="--cold's backends (emu, nvrtc, nvcc; sglang for its jit_kernel)")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -407,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         return cold_main(args)
 
-    import common  # next to this script; imports torch
     import torch
+
+    import common  # next to this script; imports torch
 
     from kernkit.jit import ToolchainError
     from kernkit.jit.backends import BACKENDS

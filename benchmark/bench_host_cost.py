@@ -108,7 +108,7 @@ def main() -> None:
 
     rows = []
     for name, fns in cases(dev, n, args.heads, args.head_dim).items():
-        us = common.host_us(dict(zip(VARIANTS, fns)), args.calls, sync=common.sync_for(dev))
+        us = common.host_us(dict(zip(VARIANTS, fns, strict=True)), args.calls, sync=common.sync_for(dev))
         t = [us[v] for v in VARIANTS]
         rows.append([name, *t, t[1] / t[0], t[0] - t[3]])
         print(name, " ".join(f"{x:.3f}" for x in t), flush=True)

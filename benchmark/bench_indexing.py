@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import embedding, kvcache
+from kernkit.testing.oracle import op_tests
 
 
 def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str | None) -> JitSpec:
@@ -64,12 +64,15 @@ def time_sizes(args, dtype, weight, row_bytes, ceiling, variants: dict) -> tuple
         few = min(calls, 200)
 
         res = {"kernkit": common.graph_time_us(
-            [lambda c=c: ops.indexing(weight, ids32[c], out=out[c]) for c in range(calls)])}
-        res["F.embedding"] = common.graph_time_us([lambda c=c: F.embedding(ids64[c], weight) for c in range(few)])
+            [lambda c=c, ids32=ids32, out=out: ops.indexing(weight, ids32[c], out=out[c]) for c in range(calls)])}
+        res["F.embedding"] = common.graph_time_us(
+            [lambda c=c, ids64=ids64: F.embedding(ids64[c], weight) for c in range(few)])
         if compiled is not None:
-            res["torch.compile"] = common.graph_time_us([lambda c=c: compiled(ids64[c], weight) for c in range(few)])
+            res["torch.compile"] = common.graph_time_us(
+                [lambda c=c, ids64=ids64: compiled(ids64[c], weight) for c in range(few)])
         for name, fn in variants.items():
-            res[name] = common.graph_time_us([lambda c=c: fn(out[c], weight, ids32[c], None) for c in range(calls)])
+            res[name] = common.graph_time_us(
+                [lambda c=c, fn=fn, out=out, ids32=ids32: fn(out[c], weight, ids32[c], None) for c in range(calls)])
         tbs = {name: per_call / (us * 1e-6) / 1e12 for name, us in res.items()}
         for name in series:
             series[name].append(tbs.get(name, float("nan")))

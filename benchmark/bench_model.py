@@ -167,7 +167,7 @@ def plot(results: dict, path: Path) -> None:
     for variant, r in results["variants"].items():
         points = sorted((int(b), rate) for b, rate in r["decode_tok_s"].items())
         if points:
-            ax.plot(*zip(*points), marker="o", label=variant)
+            ax.plot(*zip(*points, strict=True), marker="o", label=variant)
     ax.set(xscale="log", yscale="log", xlabel="batch", ylabel="decode tokens/s",
            title=f"{results['model']}, {results['device']}, {results['date']}")
     ax.set_xticks(results["batches"], [str(b) for b in results["batches"]])
@@ -232,7 +232,8 @@ def main() -> None:
 
     print(f"\n{a.model} on {results['device']}, {a.prompt}-token prompt, {a.new} new tokens; decode tokens/s "
           f"(ms per step)")
-    print(f"{'variant':16s}" + "".join(f"{'b' + str(b):>18s}" for b in a.batches) + f"{'prefill ms':>12s}{'patch s':>9s}")
+    print(f"{'variant':16s}" + "".join(f"{'b' + str(b):>18s}" for b in a.batches)
+          + f"{'prefill ms':>12s}{'patch s':>9s}")
     for variant, r in results["variants"].items():
         print(f"{variant:16s}" + "".join(f"{r['decode_tok_s'][b]:10.1f} ({r['step_ms'][b]:5.2f})"
                                          if b in r["decode_tok_s"] else f"{'-':>18s}" for b in a.batches)

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
+from kernkit.testing.oracle import op_tests
 
 EPS = 1e-6
 
@@ -85,9 +85,10 @@ def time_rmsnorm(dtype, hidden, tokens, compiled) -> tuple[int, dict[str, float]
     outs = torch.empty_like(xs)
     w = torch.randn(hidden, device="cuda").to(dtype)
     res = {
-        "kernkit": common.graph_time_us([lambda c=c: rmsnorm(xs[c], w, EPS, out=outs[c]) for c in range(calls)]),
-        "torch eager": common.graph_time_us([lambda c=c: torch_rmsnorm(xs[c], w) for c in range(calls)]),
-        "torch.compile": common.graph_time_us([lambda c=c: compiled(xs[c], w) for c in range(calls)]),
+        "kernkit": common.graph_time_us([lambda c=c, xs=xs, outs=outs: rmsnorm(xs[c], w, EPS, out=outs[c])
+                                         for c in range(calls)]),
+        "torch eager": common.graph_time_us([lambda c=c, xs=xs: torch_rmsnorm(xs[c], w) for c in range(calls)]),
+        "torch.compile": common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c], w) for c in range(calls)]),
     }
     del xs, outs
     torch.cuda.empty_cache()
@@ -102,10 +103,12 @@ def time_fused(dtype, hidden, tokens, compiled) -> tuple[int, dict[str, float]]:
     rs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
     w = torch.randn(hidden, device="cuda").to(dtype)
     res = {
-        "kernkit": common.graph_time_us([lambda c=c: fused_add_rmsnorm(xs[c], rs[c], w, EPS) for c in range(calls)]),
-        "torch eager": common.graph_time_us([lambda c=c: torch_fused_add_rmsnorm(xs[c], rs[c], w)
+        "kernkit": common.graph_time_us([lambda c=c, xs=xs, rs=rs: fused_add_rmsnorm(xs[c], rs[c], w, EPS)
+                                         for c in range(calls)]),
+        "torch eager": common.graph_time_us([lambda c=c, xs=xs, rs=rs: torch_fused_add_rmsnorm(xs[c], rs[c], w)
                                              for c in range(calls)]),
-        "torch.compile": common.graph_time_us([lambda c=c: compiled(xs[c], rs[c], w) for c in range(calls)]),
+        "torch.compile": common.graph_time_us([lambda c=c, xs=xs, rs=rs: compiled(xs[c], rs[c], w)
+                                               for c in range(calls)]),
     }
     del xs, rs
     torch.cuda.empty_cache()

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit.ops import per_token_quant_fp8
+from kernkit.testing.oracle import op_tests
 
 TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 HIDDEN = (4096, 5120, 14336)
@@ -60,11 +60,12 @@ def time_shapes(args, dtype, ceiling) -> tuple[list, dict]:
             calls = common.calls_for(per_call, max_calls=200)
             xs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
             outs = torch.empty(calls, tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
-            kk = common.graph_time_us([lambda c=c: per_token_quant_fp8(xs[c], out=outs[c]) for c in range(calls)])
-            ea = common.graph_time_us([lambda c=c: eager(xs[c]) for c in range(calls)])
-            co = common.graph_time_us([lambda c=c: compiled(xs[c]) for c in range(calls)])
+            kk = common.graph_time_us([lambda c=c, xs=xs, outs=outs: per_token_quant_fp8(xs[c], out=outs[c])
+                                       for c in range(calls)])
+            ea = common.graph_time_us([lambda c=c, xs=xs: eager(xs[c]) for c in range(calls)])
+            co = common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c]) for c in range(calls)])
             tbs = [per_call / (us * 1e-6) / 1e12 for us in (kk, ea, co)]
-            for name, v in zip(s, tbs):
+            for name, v in zip(s, tbs, strict=True):
                 s[name].append(v)
             rows.append([tokens, hidden, kk, ea, co, *tbs, 100 * tbs[0] / ceiling])
             print(f"tokens={tokens:>6} hidden={hidden:>6}  kernkit {kk:9.2f} us  eager {ea:9.2f} us  "

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit.ops import rotary_embedding
+from kernkit.testing.oracle import op_tests
 
 #: name: (q heads, kv heads, head_dim)
 MODELS = {"llama3-8b": (32, 8, 128), "qwen3": (64, 8, 128)}
@@ -86,9 +86,9 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
         ks = torch.randn(calls, tokens, hk * d, device="cuda").to(dtype)
         ps = torch.randint(0, MAX_POS, (calls, tokens), device="cuda")
         fns = {
-            "kernkit": lambda c: rotary_embedding(ps[c], qs[c], ks[c], cache, head_dim=d),
-            "torch eager": lambda c: torch_rope(ps[c], qs[c], ks[c], cache, d),
-            "torch.compile": lambda c: compiled(ps[c], qs[c], ks[c], cache, d),
+            "kernkit": lambda c, ps=ps, qs=qs, ks=ks: rotary_embedding(ps[c], qs[c], ks[c], cache, head_dim=d),
+            "torch eager": lambda c, ps=ps, qs=qs, ks=ks: torch_rope(ps[c], qs[c], ks[c], cache, d),
+            "torch.compile": lambda c, ps=ps, qs=qs, ks=ks: compiled(ps[c], qs[c], ks[c], cache, d),
         }
         us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
         tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
@@ -97,7 +97,7 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
         rows.append([tokens, *(us[m] for m in methods), *(tbs[m] for m in methods),
                      100.0 * tbs["kernkit"] / ceiling])
         print(f"{name} tokens={tokens:>6}  " + "  ".join(f"{m} {us[m]:8.2f} us" for m in methods), flush=True)
-        del qs, ks, ps
+        del qs, ks, ps, fns
         torch.cuda.empty_cache()
     return rows, series
 

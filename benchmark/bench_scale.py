@@ -42,8 +42,10 @@ def time_sizes(args, dtype, ceiling) -> tuple[list, dict]:
         calls = common.calls_for(per_call, max_calls=200)
         xs = torch.randn(calls, n, device="cuda").to(dtype)
         outs = torch.empty_like(xs)
-        kk = common.graph_time_us([lambda c=c: scale(xs[c], args.factor, out=outs[c]) for c in range(calls)])
-        th = common.graph_time_us([lambda c=c: torch.mul(xs[c], args.factor, out=outs[c]) for c in range(calls)])
+        kk = common.graph_time_us([lambda c=c, xs=xs, outs=outs: scale(xs[c], args.factor, out=outs[c])
+                                   for c in range(calls)])
+        th = common.graph_time_us([lambda c=c, xs=xs, outs=outs: torch.mul(xs[c], args.factor, out=outs[c])
+                                   for c in range(calls)])
         for name, us in (("kernkit", kk), ("torch x * factor", th)):
             series[name].append(per_call / (us * 1e-6) / 1e12)
         rows.append([n, kk, th, series["kernkit"][-1], series["torch x * factor"][-1]])

@@ -144,15 +144,15 @@ def bench_rmsnorm(sgl, compile_: bool) -> list[str]:
         for tokens in NORM_TOKENS:
             calls = common.calls_for(2 * tokens * hidden * 2, max_calls=400)
             xs = torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16)
-            fns = {"kernkit": lambda c: ops.rmsnorm(xs[c], w, EPS, out=xs[c])}
+            fns = {"kernkit": lambda c, xs=xs, w=w: ops.rmsnorm(xs[c], w, EPS, out=xs[c])}
             if sgl is not None:
-                fns["sglang"] = lambda c: sgl.norm.rmsnorm(xs[c], w, xs[c], EPS)
+                fns["sglang"] = lambda c, xs=xs, w=w: sgl.norm.rmsnorm(xs[c], w, xs[c], EPS)
             if compiled is not None and tokens in COMPILE_TOKENS and hidden in (4096, 5120):
-                fns["torch.compile"] = lambda c: compiled(xs[c], w)
+                fns["torch.compile"] = lambda c, xs=xs, w=w: compiled(xs[c], w)
             us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
             rows.append([hidden, tokens, *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                          _ratio(us)])
-            del xs
+            del xs, fns
     return ["## rmsnorm, bf16, in place (us per call)", "",
             *common.markdown_table(["hidden", "tokens", "kernkit", "sglang", "torch.compile", "kernkit / sglang"],
                                    rows), ""]
@@ -175,17 +175,18 @@ def bench_qknorm(sgl, compile_: bool) -> list[str]:
                     calls = common.calls_for(2 * tokens * (gqa + 1) * kv * head_dim * 2, max_calls=400)
                     qs = torch.randn(calls, tokens, gqa * kv, head_dim, device="cuda", dtype=torch.bfloat16)
                     ks = torch.randn(calls, tokens, kv, head_dim, device="cuda", dtype=torch.bfloat16)
-                    fns = {"kernkit": lambda c: ops.qk_norm(qs[c], ks[c], wq, wk, EPS)}
+                    fns = {"kernkit": lambda c, qs=qs, ks=ks, wq=wq, wk=wk: ops.qk_norm(qs[c], ks[c], wq, wk, EPS)}
                     if sgl is not None:
-                        fns["sglang"] = lambda c: sgl.norm.fused_inplace_qknorm(qs[c], ks[c], wq, wk, EPS)
+                        fns["sglang"] = lambda c, qs=qs, ks=ks, wq=wq, wk=wk: sgl.norm.fused_inplace_qknorm(
+                            qs[c], ks[c], wq, wk, EPS)
                     if compiled is not None and tokens in COMPILE_TOKENS and (gqa, kv) == (8, 8) and head_dim <= 256:
-                        fns["torch.compile"] = lambda c: compiled(qs[c], ks[c], wq, wk)
+                        fns["torch.compile"] = lambda c, qs=qs, ks=ks, wq=wq, wk=wk: compiled(qs[c], ks[c], wq, wk)
                     us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)])
                           for m, f in fns.items()}
                     rows.append([head_dim, gqa, kv, tokens,
                                  *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                                  _ratio(us)])
-                    del qs, ks
+                    del qs, ks, fns
     return ["## qk_norm, bf16, in place (us per call)", "",
             *common.markdown_table(["head_dim", "gqa", "kv heads", "tokens", "kernkit", "sglang", "torch.compile",
                                     "kernkit / sglang"], rows), ""]
@@ -212,17 +213,20 @@ def bench_rope(sgl, compile_: bool) -> list[str]:
                 qs = torch.randn(calls, tokens, hq, 128, device="cuda", dtype=torch.bfloat16)
                 ks = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
                 ps = torch.randint(ROPE_MAX_POS, (calls, tokens), device="cuda", dtype=torch.int64)
-                fns = {"kernkit": lambda c: ops.rotary_embedding(ps[c], qs[c], ks[c], cache, is_neox)}
+                fns = {"kernkit": lambda c, ps=ps, qs=qs, ks=ks, is_neox=is_neox: ops.rotary_embedding(
+                    ps[c], qs[c], ks[c], cache, is_neox)}
                 if sgl is not None:
-                    fns["sglang"] = lambda c: sgl.rope.apply_rope_inplace(qs[c], ks[c], cache, ps[c], is_neox=is_neox)
+                    fns["sglang"] = lambda c, ps=ps, qs=qs, ks=ks, is_neox=is_neox: sgl.rope.apply_rope_inplace(
+                        qs[c], ks[c], cache, ps[c], is_neox=is_neox)
                 if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
-                    fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], cache, is_neox)
+                    fns["torch.compile"] = lambda c, ps=ps, qs=qs, ks=ks, is_neox=is_neox: compiled(
+                        ps[c], qs[c], ks[c], cache, is_neox)
                 us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)])
                       for m, f in fns.items()}
                 rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
                              *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                              _ratio(us)])
-                del qs, ks, ps
+                del qs, ks, ps, fns
     return ["## rope, bf16 q/k [tokens, heads, 128], fp32 cache, int64 positions (us per call)", "",
             *common.markdown_table(["q,kv heads", "pairs", "tokens", "kernkit", "sglang", "torch.compile",
                                     "kernkit / sglang"], rows), ""]
@@ -246,45 +250,50 @@ def bench_rope_store(sgl, compile_: bool) -> list[str]:
         vc = torch.zeros_like(kc)
         for is_neox in (True, False):
             for tokens in ROPE_TOKENS:
-                # q and k read and written, v read, k and v written to the caches, positions and
-                # cache rows read, a cos/sin row of fp32 read per token.
-                moved = 2 * tokens * (hq + hk) * 128 * 2 + 3 * tokens * hk * 128 * 2 + tokens * (16 + 512)
-                calls = common.calls_for(moved, max_calls=400)
-                qs = torch.randn(calls, tokens, hq, 128, device="cuda", dtype=torch.bfloat16)
-                ks = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
-                vs = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
-                ps = torch.randint(ROPE_MAX_POS, (calls, tokens), device="cuda", dtype=torch.int64)
-                ls = torch.stack([torch.randperm(ROPE_STORE_POOL, device="cuda")[:tokens] for _ in range(calls)])
-
-                def pair(c):
-                    ops.rotary_embedding(ps[c], qs[c], ks[c], cache, is_neox)
-                    ops.store_cache(kc, vc, ls[c], ks[c].flatten(1), vs[c].flatten(1))
-
-                fns = {"kernkit": lambda c: ops.rotary_embedding_store(ps[c], qs[c], ks[c], vs[c], cache, kc, vc,
-                                                                       ls[c], is_neox),
-                       "kernkit rope + store": pair}
-                if sgl is not None:
-                    def sgl_pair(c):
-                        sgl.rope.apply_rope_inplace(qs[c], ks[c], cache, ps[c], is_neox=is_neox)
-                        sgl.kvcache.store_cache(ks[c].flatten(1), vs[c].flatten(1), kc, vc, ls[c])
-
-                    fns["sglang"] = lambda c: sgl.rope.apply_rope_inplace_with_kvcache(
-                        qs[c], ks[c], vs[c], kc, vc, cache, ps[c], ls[c], is_neox=is_neox)
-                    fns["sglang rope + store"] = sgl_pair
-                if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
-                    fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c], is_neox)
-                us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
-                rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
-                             *(us.get(m, float("nan")) for m in names),
-                             _ratio(us), us["kernkit"] / us["kernkit rope + store"],
-                             100 * moved / (us["kernkit"] * 1e-6) / (bw * 1e12)])
-                del qs, ks, vs, ps, ls
+                rows.append(_rope_store_row(sgl, compiled, cache, kc, vc, hq, hk, is_neox, tokens, names, bw))
         del kc, vc
     return ["## rope + KV-cache store, bf16 q/k/v [tokens, heads, 128], fp32 cache, int64 positions (us per call)",
             "", f"Caches of {ROPE_STORE_POOL} rows; % of copy: bytes moved by the kernkit kernel over the copy "
             f"bandwidth ({bw:.3f} TB/s).", "",
             *common.markdown_table(["q,kv heads", "pairs", "tokens", *names, "kernkit / sglang",
                                     "kernkit / kernkit pair", "kernkit % of copy"], rows), ""]
+
+
+def _rope_store_row(sgl, compiled, cache, kc, vc, hq: int, hk: int, is_neox: bool, tokens: int, names: tuple,
+                    bw: float) -> list:
+    """One row of ``bench_rope_store``; its inputs are freed when it returns."""
+    # q and k read and written, v read, k and v written to the caches, positions and
+    # cache rows read, a cos/sin row of fp32 read per token.
+    moved = 2 * tokens * (hq + hk) * 128 * 2 + 3 * tokens * hk * 128 * 2 + tokens * (16 + 512)
+    calls = common.calls_for(moved, max_calls=400)
+    qs = torch.randn(calls, tokens, hq, 128, device="cuda", dtype=torch.bfloat16)
+    ks = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
+    vs = torch.randn(calls, tokens, hk, 128, device="cuda", dtype=torch.bfloat16)
+    ps = torch.randint(ROPE_MAX_POS, (calls, tokens), device="cuda", dtype=torch.int64)
+    ls = torch.stack([torch.randperm(ROPE_STORE_POOL, device="cuda")[:tokens] for _ in range(calls)])
+
+    def pair(c):
+        ops.rotary_embedding(ps[c], qs[c], ks[c], cache, is_neox)
+        ops.store_cache(kc, vc, ls[c], ks[c].flatten(1), vs[c].flatten(1))
+
+    fns = {"kernkit": lambda c: ops.rotary_embedding_store(ps[c], qs[c], ks[c], vs[c], cache, kc, vc,
+                                                           ls[c], is_neox),
+           "kernkit rope + store": pair}
+    if sgl is not None:
+        def sgl_pair(c):
+            sgl.rope.apply_rope_inplace(qs[c], ks[c], cache, ps[c], is_neox=is_neox)
+            sgl.kvcache.store_cache(ks[c].flatten(1), vs[c].flatten(1), kc, vc, ls[c])
+
+        fns["sglang"] = lambda c: sgl.rope.apply_rope_inplace_with_kvcache(
+            qs[c], ks[c], vs[c], kc, vc, cache, ps[c], ls[c], is_neox=is_neox)
+        fns["sglang rope + store"] = sgl_pair
+    if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
+        fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c], is_neox)
+    us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+    return [f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
+            *(us.get(m, float("nan")) for m in names),
+            _ratio(us), us["kernkit"] / us["kernkit rope + store"],
+            100 * moved / (us["kernkit"] * 1e-6) / (bw * 1e12)]
 
 
 def group_quant_scales(tokens: int, groups: int, column_major: bool, ue8m0: bool) -> torch.Tensor:

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 import common
-from kernkit.testing.oracle import op_tests
 
 from kernkit import ops
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import kvcache
+from kernkit.testing.oracle import op_tests
 
 
 def variant_spec(dtype: torch.dtype, row_shape: tuple[int, ...], per_thread: int, stream: bool,
@@ -89,7 +89,7 @@ def time_sizes(args, dtype, row_shape, row_bytes, ceiling, variants: dict) -> tu
         idx64 = [perm[s : s + n] for s in starts]
         idx32 = [i.to(torch.int32) for i in idx64]
 
-        def t(fn, idx, count=calls):
+        def t(fn, idx, count=calls, k=k, v=v):
             return common.graph_time_us([lambda c=c: fn(kc, vc, idx[c], k[c], v[c]) for c in range(count)])
 
         res = {"kernkit": t(ops.store_cache, idx32), "torch index_put": t(torch_store, idx64, min(calls, 200))}
@@ -103,7 +103,7 @@ def time_sizes(args, dtype, row_shape, row_bytes, ceiling, variants: dict) -> tu
                res.get("torch.compile", float("nan"))] + [res[name] for name in variants]
         rows.append(row)
         print(" ".join(f"{x:.4g}" if isinstance(x, float) else str(x) for x in row), flush=True)
-        del k, v, idx64, idx32
+        del k, v, idx64, idx32, t
         torch.cuda.empty_cache()
     return rows, series
 

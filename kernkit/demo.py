@@ -309,7 +309,7 @@ def build(specs: list, what: str) -> bool:
     statuses = [status for status, _ in results]
     print(f"  {len(specs)} builds ({what}) in {time.perf_counter() - start:.1f} s: {statuses.count('built')} "
           f"compiled, {statuses.count('cached')} already cached, {statuses.count('failed')} failed", flush=True)
-    for spec, (status, error) in zip(specs, results):
+    for spec, (status, error) in zip(specs, results, strict=True):
         if status == "failed":
             print(f"  FAILED {spec.label}: {error}")
     return "failed" not in statuses

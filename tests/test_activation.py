@@ -20,8 +20,19 @@ from kernkit.jit import JitSpec
 from kernkit.ops import gelu_and_mul, registered_ops, silu_and_mul
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, ReferenceMismatch, Within, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, check_unallocatable, claims_huge,
-                                     invalid_calls, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    check_unallocatable,
+    claims_huge,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 from kernkit.testing.oracle import same_bytes
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
@@ -332,7 +343,8 @@ def act_check(name: str, x: torch.Tensor, got: torch.Tensor, activation: str) ->
     if not bool(ok.all()):
         i = int((~ok).reshape(-1).nonzero()[0])
         raise ReferenceMismatch(f"{name}: 'out' is not within the documented bound of the float64 result: "
-                                f"element {i}: got {got.reshape(-1)[i].item()!r}, float64 {ref.reshape(-1)[i].item()!r}, "
+                                f"element {i}: got {got.reshape(-1)[i].item()!r}, "
+                                f"float64 {ref.reshape(-1)[i].item()!r}, "
                                 f"bound {bound.reshape(-1)[i].item():.3g}")
     ulps = err[~special] / oracle.ulp(ref[~special], dtype)
     return float(ulps.max()) if ulps.numel() else 0.0
@@ -348,7 +360,8 @@ def act_input(dtype: torch.dtype, shape: tuple[int, ...], gen: torch.Generator) 
     fi = torch.finfo(dtype)
     gates = x[..., : shape[-1] // 2].reshape(-1).clone()
     specials = [0.0, -0.0, fi.tiny / 4, -fi.tiny / 4, fi.max, -fi.max, 30.0, -30.0, -90.0, -110.0]
-    for p, value in zip(torch.randperm(gates.numel(), generator=gen).tolist(), specials[: gates.numel() // 2]):
+    for p, value in zip(torch.randperm(gates.numel(), generator=gen).tolist(), specials[: gates.numel() // 2],
+                        strict=False):
         gates[p] = value
     x[..., : shape[-1] // 2] = gates.reshape(x[..., : shape[-1] // 2].shape)
     if not torch.isfinite(x).all():

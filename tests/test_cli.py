@@ -459,7 +459,8 @@ def test_doctor(tmp_path, fresh_cache, capsys, monkeypatch):
     out = capsys.readouterr().out
     labels = [line[2:].split("  ")[0] for line in out.splitlines()]
     assert labels == ["kernkit", "python", "torch", "tvm-ffi", "DLPack fast path", "host compiler", "CUDA home",
-                      "nvcc", "NVRTC", "CUDA backend", "target arch", "cache dir", "JIT", "frozen compiles", "environment", "clangd"]
+                      "nvcc", "NVRTC", "CUDA backend", "target arch", "cache dir", "JIT", "frozen compiles",
+                      "environment", "clangd"]
     assert "  CUDA backend      nvcc (for CUDA builds that name none; KERNKIT_BACKEND sets it)" in out
     assert f"{fresh_cache / 'v2'} (" in out and "1 published builds" in out
     assert "off (KERNKIT_JIT" in out and "KERNKIT_JIT=off" in out and f"{tmp_path / 'clangd'} (21.1.0)" in out
@@ -527,7 +528,8 @@ def test_version(capsys):
 def test_the_console_script_is_the_cli(monkeypatch, capsys):
     import tomllib
 
-    scripts = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["scripts"]
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    scripts = tomllib.loads(pyproject.read_text())["project"]["scripts"]
     module, _, name = scripts["kernkit"].partition(":")
     assert getattr(importlib.import_module(module), name) is cli.console
     monkeypatch.setattr(sys, "argv", ["/venv/bin/kernkit", "-h"])

@@ -23,7 +23,7 @@ def ref_compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
 
 def plain(a, b):
     n = 0
-    for x, y in zip(a.tolist(), b.tolist()):
+    for x, y in zip(a.tolist(), b.tolist(), strict=False):
         if x != y:
             break
         n += 1

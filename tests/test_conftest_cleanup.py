@@ -10,10 +10,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 TESTS = Path(__file__).resolve().parent
 

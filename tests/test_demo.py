@@ -28,7 +28,7 @@ def test_every_op_agrees_with_torch_on_the_emulator_in_one_line_each(capsys):
     assert all(demo.check(case, "cpu") for case in demo.CASES)
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(demo.CASES)
-    for case, line in zip(demo.CASES, lines):
+    for case, line in zip(demo.CASES, lines, strict=True):
         assert line.split()[0] == case.op and case.what in line and " max error " in line, line
         assert " ulp " in line and f" ok ({case.tolerance})" in line, line
 

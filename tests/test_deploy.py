@@ -69,7 +69,8 @@ def test_record_replay_ship_and_a_frozen_server_that_compiles_nothing(tmp_path, 
 
     build_box = tmp_path / "build-cache"
     r = cli("warmup", "--manifest", str(record), "-q", env={"KERNKIT_CACHE_DIR": str(build_box)})
-    assert r.returncode == 0 and "2 specializations: 2 built, 0 already cached, 0 failed" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "2 specializations: 2 built, 0 already cached, 0 failed" in r.stdout, (
+        r.stdout + r.stderr)
     archive = tmp_path / "kernels.tar.gz"
     r = cli("cache", "export", str(archive), "--manifest", str(record), env={"KERNKIT_CACHE_DIR": str(build_box)})
     assert r.returncode == 0 and "wrote 2 builds" in r.stdout, r.stdout + r.stderr
@@ -91,7 +92,8 @@ def test_record_replay_ship_and_a_frozen_server_that_compiles_nothing(tmp_path, 
 def test_recording_twice_keeps_one_request_and_merges_processes(tmp_path, fresh_cache):
     record = tmp_path / "m.json"
     env = {"KERNKIT_CACHE_DIR": str(fresh_cache), "KERNKIT_RECORD": str(record)}
-    code = "import torch\nfrom kernkit import ops\nops.scale(torch.ones(4, dtype=getattr(torch, __import__('sys').argv[1])), 2.0)\n"
+    code = ("import torch\nfrom kernkit import ops\n"
+            "ops.scale(torch.ones(4, dtype=getattr(torch, __import__('sys').argv[1])), 2.0)\n")
     for dtype in ("float32", "float32", "float16"):
         assert run(code, dtype, env=env).returncode == 0
     assert [q["marker"][1] for q in manifest.read(record)] == ["fp32_t", "fp16_t"]
@@ -145,7 +147,8 @@ def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(fr
     ops.scale(torch.ones(4, dtype=torch.float16), 2.0)  # built now
     elementwise._module.cache_clear()
     frozen("error")
-    assert torch.equal(ops.scale(torch.ones(4, dtype=torch.float16), 2.0), torch.full((4,), 2.0).half())  # cached: loads
+    # cached: loads
+    assert torch.equal(ops.scale(torch.ones(4, dtype=torch.float16), 2.0), torch.full((4,), 2.0).half())
 
 
 def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, empty_cache):

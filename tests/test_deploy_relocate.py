@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from kernkit._version import __version__
-from kernkit.jit import FrozenCompileError, JitDisabledError, JitSpec, cache, maker, manifest
-from kernkit.jit import miss
+from kernkit.jit import FrozenCompileError, JitDisabledError, JitSpec, cache, maker, manifest, miss
 from kernkit.jit import spec as spec_module
 from kernkit.jit.paths import KERNELS_DIR
 

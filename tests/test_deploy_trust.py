@@ -6,7 +6,6 @@ CPU tensors, through the CPU emulator."""
 from __future__ import annotations
 
 import hashlib
-
 import json
 import os
 import subprocess
@@ -17,8 +16,8 @@ import pytest
 import torch
 
 from kernkit import ops
-from kernkit.jit import maker, manifest
 from kernkit.cli import replay
+from kernkit.jit import maker, manifest
 from kernkit.ops import elementwise
 
 REPO = Path(__file__).resolve().parent.parent

@@ -244,7 +244,8 @@ def _cast_input(src: torch.dtype, dst: torch.dtype, n: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(7)
     if dst.is_floating_point:
         vals = torch.cat([torch.tensor(SPECIALS, dtype=torch.float64),
-                          torch.randn(n, generator=g, dtype=torch.float64) * torch.logspace(-8, 6, n, dtype=torch.float64)])
+                          torch.randn(n, generator=g, dtype=torch.float64)
+                          * torch.logspace(-8, 6, n, dtype=torch.float64)])
         if src.is_floating_point:
             return vals.to(src)
         info = torch.iinfo(src)
@@ -458,7 +459,7 @@ def _ieee_run(mod, dev, a: torch.Tensor) -> dict[str, torch.Tensor]:
     out = torch.full((4, a.numel()), 7.0, device=dev)
     mod.ieee_math(a.to(dev), out)
     out = out.cpu()
-    return dict(zip(IEEE_REFS, out))
+    return dict(zip(IEEE_REFS, out, strict=True))
 
 
 def _ieee_sweep() -> torch.Tensor:
@@ -522,7 +523,8 @@ def _flush(t: torch.Tensor) -> torch.Tensor:
 
 def _approx_sweep() -> torch.Tensor:
     g = torch.Generator().manual_seed(12)
-    parts = [torch.linspace(-130.0, 130.0, 100001), torch.linspace(-2.0, 2.0, 20001), torch.randn(20000, generator=g) * 30,
+    parts = [torch.linspace(-130.0, 130.0, 100001), torch.linspace(-2.0, 2.0, 20001),
+             torch.randn(20000, generator=g) * 30,
              torch.exp2(torch.linspace(-149.0, 127.0, 20001)), -torch.exp2(torch.linspace(-149.0, 127.0, 2001)),
              torch.tensor([0.0, -0.0, float("inf"), float("-inf"), 1e-40, -1e-40, 2.0**126 * 1.5, 3e38])]
     return torch.cat(parts).float()

@@ -13,9 +13,23 @@ from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad,
-                                     check_invalid, check_unallocatable, claims_huge, invalid_calls, meta, neg_bit,
-                                     other_same_size, requires_grad)
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    HUGE,
+    SHARED,
+    UNSUPPORTED_ROW_DTYPES,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    check_unallocatable,
+    claims_huge,
+    invalid_calls,
+    meta,
+    neg_bit,
+    other_same_size,
+    requires_grad,
+)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
@@ -196,7 +210,8 @@ def indexing_case(dtype: torch.dtype, hidden: int, n: int, id_dtype: torch.dtype
         extremes = [-1, start - 1, start + length, rows, 2**31 - 1, -(2**31)]
         if id_dtype == torch.int64:
             extremes += [2**32 + start + 1, 2**40]  # low 32 bits inside the range
-        for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes[: n // 2 if n < 16 else None]):
+        for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes[: n // 2 if n < 16 else None],
+                            strict=False):
             ids[p] = value
         ids = ids.to(id_dtype)
         buf = rand_bits((n, 3 * hidden), dtype, gen) if out_view else None
@@ -318,8 +333,10 @@ INDEXING_BAD = [
     Bad("out", "requires grad", RuntimeError, requires_grad(lambda a, p, d: a.tensor((p["n"], HIDDEN), p["dtype"]))),
     Bad("out", "inference tensor", RuntimeError, lambda a, p, d: a.inference((p["n"], HIDDEN), p["dtype"])),
     Bad("out", f"{SHARED}: rows of weight", ValueError,
-        lambda a, p, d: a.alias(p["args"]["weight"], (p["n"], HIDDEN), p["dtype"], d.draw(st.sampled_from([0, 1, 40])))),
-    Bad("ids", f"{SHARED}: bytes of out", ValueError, lambda a, p, d: a.alias(p["args"]["out"], (p["n"],), p["id_dtype"])),
+        lambda a, p, d: a.alias(p["args"]["weight"], (p["n"], HIDDEN), p["dtype"],
+                                d.draw(st.sampled_from([0, 1, 40])))),
+    Bad("ids", f"{SHARED}: bytes of out", ValueError,
+        lambda a, p, d: a.alias(p["args"]["out"], (p["n"],), p["id_dtype"])),
     Bad("vocab_range", "length beyond the table", ValueError,
         lambda a, p, d: (d.draw(st.sampled_from([0, 5])), p["rows"] + d.draw(st.sampled_from([1, 1000])))),
     Bad("vocab_range", "negative", ValueError,

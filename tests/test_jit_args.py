@@ -52,7 +52,8 @@ def _unit(spec: JitSpec) -> str:
 def test_rendered_unit_exports_each_wrapper_inside_namespace_kernkit(tmp_path):
     src = tmp_path / "k.h"
     src.write_text("// kernel\n")
-    text = _unit(JitSpec.make("k", 1, cpp_files=[str(src)], cpp_wrappers=[("run_a", "A<1, 2>::run"), ("run_b", "f<float>")]))
+    text = _unit(JitSpec.make("k", 1, cpp_files=[str(src)],
+                              cpp_wrappers=[("run_a", "A<1, 2>::run"), ("run_b", "f<float>")]))
     assert f'#include "{src}"' in text
     ns = text.index("namespace kernkit {")
     assert text.index("KERNKIT_EXPORT(run_a, (A<1, 2>::run))") > ns

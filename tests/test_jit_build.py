@@ -209,8 +209,9 @@ inline void fails(int64_t kind) {
 
 def test_exports_convert_arguments_as_tvm_ffi_and_name_a_mismatch(tmp_path, fresh_cache):
     """KERNKIT_EXPORT: tvm-ffi's conversions (an int for a float or a bool, a bool for an int,
-    an AnyView as it is), results back through Any (a float, a tensor, a bool), a mismatched count or type as a TypeError
-    naming the function and the argument, and exceptions across the boundary with their kind."""
+    an AnyView as it is), results back through Any (a float, a tensor, a bool), a mismatched
+    count or type as a TypeError naming the function and the argument, and exceptions across
+    the boundary with their kind."""
     src = tmp_path / "exports.h"
     src.write_text(EXPORTS)
     mod = load_jit("exports", cpp_files=[str(src)], cpp_wrappers=[("mix", "mix"), ("same", "same"),
@@ -247,13 +248,15 @@ def test_compile_error_carries_spec_source_command_and_errors(tmp_path, fresh_ca
     text = str(err)
     assert "broken<3>" in text and err.source in text and "undeclared_name" in text
     assert not (fresh_cache / "v2" / "broken").exists(), "a failed build must not be published"
-    assert err.source.startswith(str(fresh_cache / "v2" / ".failed")) and (Path(err.source).parent / "build.log").is_file()
+    assert err.source.startswith(str(fresh_cache / "v2" / ".failed"))
+    assert (Path(err.source).parent / "build.log").is_file()
 
 
 def test_jit_off_refuses_cold_keys_and_loads_warm_ones(tmp_path, fresh_cache, monkeypatch):
     src = _write_user_kernel(tmp_path, offset=2)
     monkeypatch.setenv("KERNKIT_JIT", "off")
-    with pytest.raises(JitDisabledError, match=r"KERNKIT_JIT=off and answer \(c\+\+\) key [0-9a-f]{16} is not in the cache.*warmup"):
+    with pytest.raises(JitDisabledError,
+                       match=r"KERNKIT_JIT=off and answer \(c\+\+\) key [0-9a-f]{16} is not in the cache.*warmup"):
         load_jit("answer", cpp_files=[str(src)], cpp_wrappers=[("answer", "answer")])
     assert not (fresh_cache / "v2" / "answer").exists()
     monkeypatch.delenv("KERNKIT_JIT")
@@ -310,7 +313,8 @@ def test_nvcc_builds_a_cuda_template_for_sm90_that_loads(add):
     args = make_cpp_args(torch.float16, add)
     start = time.perf_counter()
     mod = load_jit(
-        "tiny_add", *args, cuda_files=[str(CSRC / "tiny_add.cuh")], cuda_wrappers=[("tiny_add", f"TinyAdd<{args}>::run")]
+        "tiny_add", *args, cuda_files=[str(CSRC / "tiny_add.cuh")],
+        cuda_wrappers=[("tiny_add", f"TinyAdd<{args}>::run")]
     )
     print(f"tiny_add<{args}>: {time.perf_counter() - start:.2f} s")
     assert callable(mod.tiny_add)

@@ -87,7 +87,7 @@ def test_emulator_reproduces_the_hash_file(kh, expected, computed):
     if expected["source"] != "gpu":
         warnings.warn(f"{HASH_FILE.name} was written by the CPU emulator, not on a GPU: regenerate it with "
                       "`python -m kernkit.testing.hashes --device cuda --write tests/data/kernel_hashes.json`",
-                      UserWarning)
+                      UserWarning, stacklevel=1)
 
 
 def test_a_differing_hash_is_reported_with_its_case(kh, expected, computed):

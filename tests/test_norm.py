@@ -24,8 +24,17 @@ from kernkit.jit import JitSpec
 from kernkit.ops import fused_add_rmsnorm, registered_ops, rmsnorm
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit,
-                                     requires_grad)
+from kernkit.testing.invalid import (
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -444,7 +453,7 @@ def _unchanged(*tensors):
 def _assert_same(before, after):
     """Byte for byte (NaN bit patterns included)."""
     assert all(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
-               for a, b in zip(before, after))
+               for a, b in zip(before, after, strict=True))
 
 
 def test_unsupported_dtype_is_a_type_error():
@@ -611,7 +620,8 @@ def norm_case(dtype: torch.dtype, hidden: int, lead: tuple[int, ...], *, fused: 
             ops.fused_add_rmsnorm(d["x"], d["residual"], w_d, eps, cast_x_before_out_mul=cast)
         elif row_pad:
             ref_rmsnorm(r["out"], r["x"], weight, eps, cast=cast)
-            if ops.rmsnorm(d["x"], w_d, eps, out=d["out"], cast_x_before_out_mul=cast).data_ptr() != d["out"].data_ptr():
+            returned = ops.rmsnorm(d["x"], w_d, eps, out=d["out"], cast_x_before_out_mul=cast)
+            if returned.data_ptr() != d["out"].data_ptr():
                 raise AssertionError(f"{name}: rmsnorm(out=...) did not return out")
         else:  # a new output
             want = torch.empty((*lead, hidden), dtype=dtype)

@@ -58,7 +58,8 @@ def test_split_gives_nvrtc_no_host_code_and_the_host_compiler_no_device_code():
     halves = split(SOURCE)
     assert halves.kernels == ["twice_kernel"]
     dev, host = halves.device, halves.host
-    for both in ("struct Params", "constexpr int kBlock", "constexpr int blocks(int n) {", "#include <kernkit/utils.cuh>"):
+    for both in ("struct Params", "constexpr int kBlock", "constexpr int blocks(int n) {",
+                 "#include <kernkit/utils.cuh>"):
         assert both in dev and both in host, both
     assert "void launcher(" not in dev and "struct Launch" not in dev and "struct Helper" not in dev
     assert "twice(p.src[threadIdx.x])" in dev and "KERNKIT_DEVICE T twice" in dev
@@ -74,7 +75,7 @@ def test_split_keeps_every_line_where_it_was():
     for half in (halves.device, halves.host):
         kept = half.splitlines()
         assert len(kept) == len(lines)
-        assert all(k.rstrip(";").strip() in line for k, line in zip(kept, lines)), half
+        assert all(k.rstrip(";").strip() in line for k, line in zip(kept, lines, strict=True)), half
     body = next(i for i, line in enumerate(lines) if "twice(p.src" in line)  # the kernel's body
     assert halves.device.splitlines()[body] == lines[body] and halves.host.splitlines()[body] == ""
     launch = next(i for i, line in enumerate(lines) if "LaunchKernel(" in line)  # the launcher's
@@ -175,7 +176,9 @@ def test_a_construct_nvrtc_cannot_take_says_which_backend_to_use(tmp_path, fresh
         template <int N>
         __global__ void k(float* p) { p[0] = undefined_device_function(N); }
         template <int N>
-        void launch(tvm::ffi::TensorView t) { host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr())); }
+        void launch(tvm::ffi::TensorView t) {
+          host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr()));
+        }
         }  // namespace kernkit
         """))
     with pytest.raises(CompileError) as info:
@@ -204,7 +207,9 @@ def test_a_device_error_names_the_users_file_and_line(tmp_path, fresh_cache):
           p[0] = not_declared_anywhere + N;
         }
         template <int N>
-        void launch(tvm::ffi::TensorView t) { host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr())); }
+        void launch(tvm::ffi::TensorView t) {
+          host::LaunchKernel(1, 1, t.device())(k<N>, static_cast<float*>(t.data_ptr()));
+        }
         }  // namespace kernkit
         """))
     with pytest.raises(CompileError) as info:

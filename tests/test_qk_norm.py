@@ -99,7 +99,7 @@ def test_cast_x_before_out_mul_is_qwen3s_norm():
     wq, wk = randn((128,), bf16, 72), randn((128,), bf16, 73)
     want = [norm.transformers_rmsnorm(t, w, 1e-6) for t, w in ((q, wq), (k, wk))]
     qk_norm(q, k, wq, wk, 1e-6, cast_x_before_out_mul=True)
-    for got, ref in zip((q, k), want):
+    for got, ref in zip((q, k), want, strict=True):
         assert (got == ref).float().mean() > 0.999
         assert ((got.float() - ref.float()).abs() <= ref.float().abs() * 2.0**-7).all()
     with pytest.raises(TypeError, match="'cast_x_before_out_mul': expected a bool"):
@@ -112,7 +112,7 @@ def test_within_rmsnorms_stated_tolerance(dtype, head_dim):
     wq, wk = randn((head_dim,), dtype, 5), randn((head_dim,), dtype, 6)
     want = [norm.rmsnorm64(t, w, 1e-5) for t, w in ((q, wq), (k, wk))]
     qk_norm(q, k, wq, wk, 1e-5)
-    for got, ref in zip((q, k), want):
+    for got, ref in zip((q, k), want, strict=True):
         assert torch.isfinite(got).all()
         assert ((got.double() - ref).abs() <= norm.rmsnorm_bound(ref, dtype)).all()
 
@@ -213,7 +213,7 @@ def test_launcher_errors_name_the_argument_and_write_nothing():
         with pytest.raises(TypeError if "expected dtype" in message else ValueError, match=message):
             qk_norm(**args)
         after = [as_bytes(t) for t in (qkv, base, args["q"], args["k"])]
-        assert all(torch.equal(a, b) for a, b in zip(before, after)), change
+        assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True)), change
 
 
 def test_rmsnorm_and_qk_norm_agree_within_the_bound():
@@ -314,8 +314,9 @@ def _qk_heads_bad(arg: str) -> list[Bad]:
     """``rope.heads_bad``, and the 16-byte alignment qk_norm's vectors need (rope takes any)."""
     return rope.heads_bad(arg) + [
         Bad(arg, "misaligned", ValueError,
-            lambda a, p, d: a.tensor(rope.heads_shape(p, p[f"{arg}_heads"], p[f"{arg}_rank"], max(p["n"], 2) if arg == "q"
-                                                  else None), fp16, d.draw(st.sampled_from(["offset", "padded"])))),
+            lambda a, p, d: a.tensor(rope.heads_shape(p, p[f"{arg}_heads"], p[f"{arg}_rank"],
+                                                      max(p["n"], 2) if arg == "q" else None),
+                                     fp16, d.draw(st.sampled_from(["offset", "padded"])))),
     ]
 
 

@@ -16,8 +16,17 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_quant_fp8, registered_ops
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit,
-                                     requires_grad)
+from kernkit.testing.invalid import (
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 

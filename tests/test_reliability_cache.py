@@ -167,7 +167,8 @@ def test_16_processes_race_on_one_cold_key_10_times(tmp_path):
             cache = tmp_path / f"round{r}" / "cache"
             src = _source(tmp_path / f"round{r}", offset=100 + r)
             results = workers.round(cache, src)
-            outcome = (results.count(f"RESULT {101 + r}"), _compiles(cache), len(_published(cache)), len(_staging(cache)))
+            outcome = (results.count(f"RESULT {101 + r}"), _compiles(cache), len(_published(cache)),
+                       len(_staging(cache)))
             if outcome != (16, 1, 1, 0):
                 failures.append((r, outcome, results))
             _assert_consistent(cache)
@@ -186,7 +187,7 @@ def test_8_threads_race_on_load_jit_of_one_cold_key_10_times(tmp_path, monkeypat
         barrier = threading.Barrier(8)
         modules, errors = [None] * 8, []
 
-        def work(i: int) -> None:
+        def work(i: int, barrier=barrier, modules=modules, src=src, errors=errors) -> None:
             try:
                 barrier.wait()
                 modules[i] = _load(src)
@@ -215,7 +216,7 @@ def test_8_threads_race_on_the_disk_lock_of_one_cold_key(tmp_path, monkeypatch):
         barrier = threading.Barrier(8)
         paths, errors = [], []
 
-        def work() -> None:
+        def work(barrier=barrier, paths=paths, spec=spec, errors=errors) -> None:
             try:
                 barrier.wait()
                 paths.append(spec.build())

@@ -17,8 +17,18 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import registered_ops, rotary_embedding
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, check_invalid,
-                                     invalid_calls, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 from kernkit.testing.oracle import op_tests
 
 store = op_tests("store_cache")
@@ -145,7 +155,7 @@ def test_out_of_range_positions_leave_their_tokens_unchanged(index_dtype):
     if index_dtype == torch.int64:
         bad += [2**32 + 3, -(2**32) + 5, 2**40, -(2**62)]
     good = [0, 1, 50, MAX_POS - 1]
-    values = [v for pair in zip(bad, good * 3) for v in pair][: len(bad) + len(good)]
+    values = [v for pair in zip(bad, good * 3, strict=False) for v in pair][: len(bad) + len(good)]
     positions = torch.tensor(values, dtype=index_dtype)
     tokens = positions.shape[0]
     big = torch.full((MAX_POS + 8, 128), float("nan"))
@@ -297,7 +307,8 @@ ERRORS = [
      r"^'q': stride 2 expected 1"),
     ("q-rows-overlap", lambda: dict(q=rand((1, 256), bf16, 0).expand(3, 256)), ValueError,
      r"^'q': its heads overlap in memory"),
-    ("q-k-overlap", lambda: dict(zip(("q", "k"), _fused())), ValueError, r"^'q' and 'k' overlap in memory"),
+    ("q-k-overlap", lambda: dict(zip(("q", "k"), _fused(), strict=True)), ValueError,
+     r"^'q' and 'k' overlap in memory"),
 ]
 
 
@@ -417,7 +428,8 @@ def rope_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n:
         pos = store.case_indices(n, max_pos, pos_dtype, gen) if n <= max_pos else torch.randint(
             0, max_pos, (n,), generator=gen).to(pos_dtype)
         if n > max_pos:
-            for p, value in zip(torch.randperm(n, generator=gen).tolist(), store.bad_indices(max_pos, pos_dtype)):
+            for p, value in zip(torch.randperm(n, generator=gen).tolist(), store.bad_indices(max_pos, pos_dtype),
+                                strict=False):
                 pos[p] = value
         qs, ks = q_heads * head_dim, k_heads * head_dim
         if layout == "fused":

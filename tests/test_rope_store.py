@@ -18,8 +18,18 @@ from hypothesis import strategies as st
 from kernkit import ops
 from kernkit.ops import registered_ops, rotary_embedding, rotary_embedding_store, store_cache
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, SHARED, VALID, Arena, Bad, check_invalid,
-                                     invalid_calls, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 from kernkit.testing.oracle import op_tests
 
 rope = op_tests("rope")
@@ -57,14 +67,14 @@ def call(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_neox, head_dim
     rotary_embedding_store(positions, fused[0], fused[1], v, cache, fused[2], fused[3], out_loc, is_neox,
                            head_dim=head_dim)
     ref_rotary_embedding_store(positions, ref[0], ref[1], v, cache, ref[2], ref[3], out_loc, is_neox, head_dim)
-    for name, a, c in zip(("q", "k", "k_cache", "v_cache"), fused, ref):
+    for name, a, c in zip(("q", "k", "k_cache", "v_cache"), fused, ref, strict=True):
         assert torch.equal(a, c), f"{name}: fused != reference"
     if pair:
         rotary_embedding(positions, seq[0], seq[1], cache, is_neox, head_dim=head_dim)
         n = positions.shape[0]
         as_cache = (lambda t: t.reshape(n, *k_cache.shape[1:])) if k.dim() != k_cache.dim() else (lambda t: t)
         store_cache(seq[2], seq[3], out_loc, as_cache(seq[1]), as_cache(v))
-        for name, a, b in zip(("q", "k", "k_cache", "v_cache"), fused, seq):
+        for name, a, b in zip(("q", "k", "k_cache", "v_cache"), fused, seq, strict=True):
             assert torch.equal(a, b), f"{name}: fused != rotary_embedding + store_cache"
     return fused
 
@@ -109,7 +119,8 @@ def test_out_of_range_positions_and_cache_rows_are_skipped(index_dtype):
     tokens = 2 * len(bad)
     positions = torch.tensor([rope.MAX_POS + 5 if i % 3 == 0 else i for i in range(tokens)], dtype=index_dtype)
     out_loc = torch.tensor([bad[i // 2] if i % 2 else i for i in range(tokens)], dtype=index_dtype)
-    q, k, v = rope.rand((tokens, 3, 128), bf16, 7), rope.rand((tokens, 2, 128), bf16, 8), rope.rand((tokens, 2, 128), bf16, 9)
+    q, k, v = (rope.rand((tokens, 3, 128), bf16, 7), rope.rand((tokens, 2, 128), bf16, 8),
+               rope.rand((tokens, 2, 128), bf16, 9))
     k_cache, v_cache = rope.rand((POOL, 256), bf16, 10), rope.rand((POOL, 256), bf16, 11)
     q1, k1, kc1, vc1 = call(positions, q, k, v, rope.make_cache(128), k_cache, v_cache, out_loc, True)
     skipped_pos = (positions < 0) | (positions >= rope.MAX_POS)
@@ -136,8 +147,8 @@ def test_fused_qkv_slices_strided_cache_rows_and_partial_rotary():
     # refuses (it copies whole rows) and the fused op takes (it moves k and v head by head).
     padded = rope.rand((tokens, hq + 2 * hk, d + 8), fp32, 15)
     q3, k3, v3 = padded[:, :hq, :d], padded[:, hq : hq + hk, :d], padded[:, hq + hk :, :d]
-    call(positions, q3, k3, v3, rope.make_cache(32), rope.rand((POOL, hk, d), fp32, 16), rope.rand((POOL, hk, d), fp32, 17),
-         out_loc, False, pair=False)
+    call(positions, q3, k3, v3, rope.make_cache(32), rope.rand((POOL, hk, d), fp32, 16),
+         rope.rand((POOL, hk, d), fp32, 17), out_loc, False, pair=False)
 
 
 def test_misaligned_views_take_the_scalar_path():
@@ -158,7 +169,8 @@ def test_every_launch_shape(dtype, tokens):
     """Neox with 40 heads takes 8 pairs a thread up to 256 tokens and 4 beyond; at 700 tokens the
     CTAs loop over tokens. A quarter of the positions and of the cache rows are out of range."""
     pool = 1024
-    q, k, v = rope.rand((tokens, 32, 128), dtype, 23), rope.rand((tokens, 8, 128), dtype, 24), rope.rand((tokens, 8, 128), dtype, 25)
+    q, k, v = (rope.rand((tokens, 32, 128), dtype, 23), rope.rand((tokens, 8, 128), dtype, 24),
+               rope.rand((tokens, 8, 128), dtype, 25))
     gen = torch.Generator().manual_seed(26)
     positions = torch.randint(-rope.MAX_POS // 3, rope.MAX_POS, (tokens,), generator=gen)
     out_loc = torch.randperm(pool + pool // 3, generator=gen)[:tokens] - pool // 3 // 2
@@ -180,7 +192,7 @@ def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
     vc = kc.clone()
     torch.ops.kernkit.rotary_embedding_store(torch.tensor([7, 8]), q, k, v, rope.make_cache(128), kc, vc,
                                              torch.tensor([4, 9]), True)
-    assert all(torch.equal(a, b) for a, b in zip((q, k, kc, vc), want))
+    assert all(torch.equal(a, b) for a, b in zip((q, k, kc, vc), want, strict=True))
 
 
 def test_specializations_describe_the_builds():
@@ -205,7 +217,7 @@ def test_traced_by_torch_compile_as_one_mutating_op():
     ref_rotary_embedding_store(positions, want[0], want[1], v, cache, want[2], want[3], loc)
     torch._dynamo.reset()
     got_q, got_k = torch.compile(fn, backend="aot_eager", fullgraph=True)(positions, q, k, v, cache, kc, vc, loc)
-    assert all(torch.equal(a, b) for a, b in zip((got_q, got_k, kc, vc), want))
+    assert all(torch.equal(a, b) for a, b in zip((got_q, got_k, kc, vc), want, strict=True))
 
 
 # ----- the kernel-hash cases (python -m kernkit.testing.hashes)
@@ -229,11 +241,14 @@ def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bo
         loc = store.case_indices(n, pool, index_dtype, gen)
         qs, ks = q_heads * head_dim, k_heads * head_dim
         if layout == "fused":
-            bufs = {"qkv": rope.rope_input((n, qs + 2 * ks), dtype, gen), "kv": rope.rope_input((pool, 2, ks), dtype, gen)}
+            bufs = {"qkv": rope.rope_input((n, qs + 2 * ks), dtype, gen),
+                    "kv": rope.rope_input((pool, 2, ks), dtype, gen)}
         else:
             extra = 1 if layout == "offset" else 0
-            bufs = {name: rope.rope_input((n * w + extra,), dtype, gen) for name, w in (("q", qs), ("k", ks), ("v", ks))}
-            bufs.update(k_cache=rope.rope_input((pool, ks), dtype, gen), v_cache=rope.rope_input((pool, ks), dtype, gen))
+            bufs = {name: rope.rope_input((n * w + extra,), dtype, gen)
+                    for name, w in (("q", qs), ("k", ks), ("v", ks))}
+            bufs.update(k_cache=rope.rope_input((pool, ks), dtype, gen),
+                        v_cache=rope.rope_input((pool, ks), dtype, gen))
 
         def views(b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
             if layout == "fused":
@@ -329,7 +344,8 @@ def _kv_cache_bad(arg: str) -> list[Bad]:
     ]
 
 
-ROPE_STORE_BAD = rope.ROPE_BAD + [b for b in rope.heads_bad("v") if b.what not in ("requires grad", "inference tensor")] + [
+ROPE_STORE_BAD = rope.ROPE_BAD + [b for b in rope.heads_bad("v")
+                                  if b.what not in ("requires grad", "inference tensor")] + [
     Bad("v", "heads unlike k's", ValueError,
         lambda a, p, d: a.tensor(rope.heads_shape(p, p["k_heads"] + 1, 3), p["dtype"])),
     Bad("out_loc", "dtype", TypeError, lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),

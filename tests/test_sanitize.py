@@ -105,7 +105,8 @@ def test_sanitized_runs_never_compile(fake_sanitizer, tmp_path):
     wiping.chmod(0o755)
     e = dict(os.environ, FAKE_SANITIZER_MODE="clean")
     cmd = [sys.executable, "tools/gpu_sanitize.py", "--out", str(tmp_path / "out"), "--device", "cpu",
-           "--sanitizer", str(wiping), "--only", "scale/bfloat16-n1031", "--tools", "memcheck", "--cache-dir", str(cache)]
+           "--sanitizer", str(wiping), "--only", "scale/bfloat16-n1031", "--tools", "memcheck",
+           "--cache-dir", str(cache)]
     res = subprocess.run(cmd, cwd=REPO, env=e, capture_output=True, text=True, timeout=600)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "plain run: exit 0, 1 cases" in res.stdout

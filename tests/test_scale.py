@@ -14,8 +14,20 @@ from kernkit import ops
 from kernkit.jit import JitSpec, load_jit
 from kernkit.ops import registered_ops, scale
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (HUGE, SHARED, VALID, Arena, Bad, check_invalid, check_unallocatable,
-                                     claims_huge, invalid_calls, meta, neg_bit, requires_grad)
+from kernkit.testing.invalid import (
+    HUGE,
+    SHARED,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    check_unallocatable,
+    claims_huge,
+    invalid_calls,
+    meta,
+    neg_bit,
+    requires_grad,
+)
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -104,7 +116,8 @@ def test_launcher_errors_name_the_tensor_and_what_was_expected(launcher):
         (torch.empty(132, dtype=torch.float16), x, ValueError,
          r"^'out': expected shape \[4, 33\] \(from 'src'\), got \[132\]$"),
         (torch.empty(4, 33), x, TypeError, r"^'out': expected dtype float16, got float32$"),
-        (torch.empty(4, 33, dtype=torch.float16), x.float(), TypeError, r"^'src': expected dtype float16, got float32$"),
+        (torch.empty(4, 33, dtype=torch.float16), x.float(), TypeError,
+         r"^'src': expected dtype float16, got float32$"),
         (torch.empty(33, 4, dtype=torch.float16).t(), x, ValueError, r"^'out': expected a contiguous tensor"),
         (torch.empty(4, 33, dtype=torch.float16), torch.randn(33, 4).half().t(), ValueError,
          r"^'src': expected a contiguous tensor"),
@@ -133,7 +146,7 @@ def scale_input(dtype: torch.dtype, size: int, gen: torch.Generator) -> torch.Te
     x = x.to(dtype)
     fi = torch.finfo(dtype)
     specials = [float("inf"), float("-inf"), 0.0, -0.0, fi.max, -fi.max, fi.smallest_normal, fi.tiny / 4, -fi.eps]
-    for p, value in zip(torch.randperm(size, generator=gen).tolist(), specials[: max(0, size - 1)]):
+    for p, value in zip(torch.randperm(size, generator=gen).tolist(), specials[: max(0, size - 1)], strict=False):
         x[p] = value
     if torch.isnan(x).any():
         raise AssertionError("scale inputs must hold no NaN")

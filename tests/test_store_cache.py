@@ -12,8 +12,21 @@ from kernkit import ops
 from kernkit.ops.kvcache import store_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
-from kernkit.testing.invalid import (BAD_INDEX_DTYPES, HUGE, SHARED, UNSUPPORTED_ROW_DTYPES, VALID, Arena, Bad,
-                                     check_invalid, invalid_calls, meta, neg_bit, other_same_size, requires_grad)
+from kernkit.testing.invalid import (
+    BAD_INDEX_DTYPES,
+    HUGE,
+    SHARED,
+    UNSUPPORTED_ROW_DTYPES,
+    VALID,
+    Arena,
+    Bad,
+    check_invalid,
+    invalid_calls,
+    meta,
+    neg_bit,
+    other_same_size,
+    requires_grad,
+)
 from kernkit.testing.oracle import rand_bits, same_bytes
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
@@ -108,7 +121,8 @@ def test_rows_must_have_the_caches_head_layout():
     """Same bytes per row, other heads: refused, as torch's index_copy_ refuses it."""
     kc, vc = torch.zeros(POOL, 4, 64, dtype=torch.bfloat16), torch.zeros(POOL, 4, 64, dtype=torch.bfloat16)
     idx = torch.tensor([1, 2])
-    for k, match in [(torch.ones(2, 8, 32, dtype=torch.bfloat16), r"'k': dimension 1 \('heads'\) expected 4 \(from 'k_cache'\), got 8"),
+    for k, match in [(torch.ones(2, 8, 32, dtype=torch.bfloat16),
+                      r"'k': dimension 1 \('heads'\) expected 4 \(from 'k_cache'\), got 8"),
                      (torch.ones(2, 256, dtype=torch.bfloat16), r"'k': expected a 3-d tensor like 'k_cache', got 2-d")]:
         with pytest.raises(ValueError, match=match):
             ops.store_cache(kc, vc, idx, k, k.clone())
@@ -192,7 +206,7 @@ def case_indices(n: int, pool: int, index_dtype: torch.dtype, gen: torch.Generat
     bad = bad_indices(pool, index_dtype)
     count = min(len(bad), n // 2 if n < 16 else len(bad))
     pos = torch.randperm(n, generator=gen)[:count]
-    for p, value in zip(pos.tolist(), bad):
+    for p, value in zip(pos.tolist(), bad, strict=False):
         idx[p] = value
     return idx.to(index_dtype)
 

@@ -64,7 +64,8 @@ def test_dtype_not_in_options_is_a_type_error(mod):
 
 
 def test_non_contiguous_rejected_without_stride_pattern(mod):
-    with pytest.raises(ValueError, match=r"'b': expected a contiguous tensor, got shape \[3, 4\] with strides \[1, 3\]"):
+    with pytest.raises(ValueError,
+                       match=r"'b': expected a contiguous tensor, got shape \[3, 4\] with strides \[1, 3\]"):
         mod.match_pair(torch.zeros(3, 4), torch.zeros(4, 3).t())
 
 
@@ -119,7 +120,8 @@ def test_shape_of_another_tensor_mismatch(mod):
 
 def test_check_host_streams_its_message_only_on_failure(mod):
     assert mod.check_positive(17) == 3
-    with pytest.raises(RuntimeError, match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -2"):
+    with pytest.raises(RuntimeError,
+                       match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -2"):
         mod.check_positive(-2)
 
 
@@ -136,7 +138,8 @@ def test_kernkit_check_raises_its_kind_with_exactly_the_message(mod):
 def test_check_macros_are_single_statements(mod):
     assert mod.check_in_if_else(False, 5) == -1
     assert mod.check_in_if_else(True, 5) == 5
-    with pytest.raises(RuntimeError, match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -3"):
+    with pytest.raises(RuntimeError,
+                       match=r"check failed: n > 0 \(.*matcher_check.h:\d+\): n must be positive, got -3"):
         mod.check_in_if_else(True, -3)
     with pytest.raises(ValueError, match=r"^'n': expected n < 10, got 12$"):
         mod.check_in_if_else(True, 12)
@@ -173,7 +176,7 @@ def _bytes_of(t: torch.Tensor) -> set[int]:
         return set()
     elem = t.element_size()
     offsets = torch.zeros((), dtype=torch.int64)
-    for n, s in zip(t.shape, t.stride()):
+    for n, s in zip(t.shape, t.stride(), strict=True):
         offsets = offsets.unsqueeze(-1) + torch.arange(n) * s
     base = t.data_ptr()
     return {base + int(o) * elem + b for o in offsets.flatten().tolist() for b in range(elem)}
@@ -192,7 +195,7 @@ def two_views(draw):
         shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))
         strides = [shared if draw(st.booleans()) else draw(st.integers(0, 40))] + \
             draw(st.lists(st.integers(-6, 12), min_size=len(shape) - 1, max_size=len(shape) - 1))
-        lo = sum(min(0, s * (n - 1)) for n, s in zip(shape, strides))
+        lo = sum(min(0, s * (n - 1)) for n, s in zip(shape, strides, strict=True))
         offset = draw(st.integers(-lo, -lo + 200))
         views.append(buf.view(dtype)[: 4096 // elem].as_strided(shape, strides, offset) if min(strides) >= 0
                      else None)

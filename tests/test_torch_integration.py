@@ -41,7 +41,8 @@ class DecodeStep(torch.nn.Module):
         v = h.view(-1, self.heads, self.head_dim)
         ops.store_cache(self.kc, self.vc, slots, k, v)
         pool = self.kc.shape[0]
-        return ops.indexing(self.kc.view(pool, -1), read), ops.indexing(self.vc.view(pool, -1), read, vocab_range=(4, 16))
+        return (ops.indexing(self.kc.view(pool, -1), read),
+                ops.indexing(self.vc.view(pool, -1), read, vocab_range=(4, 16)))
 
 
 def decode_inputs(step):
@@ -62,7 +63,7 @@ def test_compiled_module_matches_eager():
         args = decode_inputs(step)
         want = eager(*args)
         got = compiled(*args)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert same_bytes(g, w), step
         assert same_bytes(compiled_mod.kc, eager.kc) and same_bytes(compiled_mod.vc, eager.vc), step
     assert eager.kc.abs().sum() > 0  # something was stored
@@ -148,7 +149,8 @@ def store_samples():
     gen = torch.Generator().manual_seed(11)
     out = []
     # Row sizes shared with tests/test_store_cache.py, so that a full run builds each once.
-    for dtype, row, n, index_dtype in ((torch.bfloat16, (4, 64), 5, torch.int64), (torch.float32, (16,), 7, torch.int32),
+    for dtype, row, n, index_dtype in ((torch.bfloat16, (4, 64), 5, torch.int64),
+                                       (torch.float32, (16,), 7, torch.int32),
                                        (torch.float16, (3,), 1, torch.int64), (torch.int8, (128,), 0, torch.int32)):
         kc, vc = finite_rows((12, *row), dtype, gen), finite_rows((12, *row), dtype, gen)
         k, v = finite_rows((n, *row), dtype, gen), finite_rows((n, *row), dtype, gen)
@@ -244,7 +246,7 @@ def test_torch_export_non_strict_routes_to_the_custom_ops():
     assert {t.name() for t in targets if isinstance(t, torch._ops.OpOverload) and t.namespace == "kernkit"} >= {
         "kernkit::indexing", "kernkit::scale", "kernkit::store_cache"}, targets
     got = exported.module()(*args)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert same_bytes(g, w)
 
 
@@ -409,7 +411,7 @@ def cold(fresh_cache):
     for f in FACTORIES:
         f.cache.clear()
     yield fresh_cache
-    for f, cache in zip(FACTORIES, saved):
+    for f, cache in zip(FACTORIES, saved, strict=True):
         f.cache.clear()
         f.cache.update(cache)
 
@@ -421,7 +423,8 @@ def every_op_fails(error, *needles):
              lambda: ops.indexing(torch.ones(5, 19).half(), torch.tensor([1])),
              lambda: ops.scale(torch.ones(3).half(), 2.0),
              lambda: ops.compare_key(torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.int32))]
-    for call, title in zip(calls, ("store_cache<2, 52,", "indexing<2, 38,", "scale<fp16_t, false>", "compare_key")):
+    titles = ("store_cache<2, 52,", "indexing<2, 38,", "scale<fp16_t, false>", "compare_key")
+    for call, title in zip(calls, titles, strict=True):
         with pytest.raises(error) as info:
             call()
         assert title in str(info.value) and all(n in str(info.value) for n in needles), str(info.value)
@@ -498,7 +501,8 @@ def capturing(monkeypatch):
 def test_cold_key_during_capture_raises_before_compiling(cold, monkeypatch, capturing):
     monkeypatch.setenv("KERNKIT_JIT", "off")  # the capture error comes first
     spec = store_spec(torch.float16, (29,), "emu")
-    with pytest.raises(CaptureCompileError, match=r"store_cache<2, 58, .*capturing a graph.*python -m kernkit.jit warmup"):
+    with pytest.raises(CaptureCompileError,
+                       match=r"store_cache<2, 58, .*capturing a graph.*python -m kernkit.jit warmup"):
         spec.build_and_load()
     kc = torch.zeros(5, 29, dtype=torch.float16)
     with pytest.raises(CaptureCompileError, match="before capturing"):
@@ -550,8 +554,6 @@ def op(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> {returns}:
 def test_an_input_that_requires_grad_is_warned_about_once_per_op_and_argument():
     """The result of a kernkit op never requires grad: an input that does, under grad mode, gets
     one warning naming the op and the argument; under no_grad (a Parameter in serving code) none."""
-    import warnings
-
     x = torch.randn(4, 64, requires_grad=True)
     with pytest.warns(UserWarning, match=r"^kernkit.ops.scale: 'src' requires grad, but kernkit ops are not "
                                          r"differentiable") as seen:
@@ -578,7 +580,8 @@ def test_small_errors_name_the_argument():
     with pytest.raises(TypeError, match=r"^'k': expected dtype bfloat16 \(from 'k_cache'\), got complex64$"):
         ops.store_cache(torch.zeros(4, 32, dtype=bf), torch.zeros(4, 32, dtype=bf), torch.tensor([0, 1]),
                         torch.zeros(2, 32, dtype=torch.complex64), k)
-    with pytest.raises(TypeError, match=r"^'vocab_range': expected a sequence of int64 values, got \(9223372036854775808, 1\)$"):
+    with pytest.raises(TypeError,
+                       match=r"^'vocab_range': expected a sequence of int64 values, got \(9223372036854775808, 1\)$"):
         ops.indexing(torch.zeros(4, 32, dtype=bf), torch.tensor([0]), (2**63, 1))
     frozen = np.zeros(4, dtype=np.float32)
     frozen.setflags(write=False)

@@ -17,7 +17,8 @@ import functools
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="needs the transformers extra: pip install 'kernkit[transformers]'")
+transformers = pytest.importorskip("transformers",
+                                   reason="needs the transformers extra: pip install 'kernkit[transformers]'")
 
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen2Config, Qwen3Config  # noqa: E402
 
@@ -80,10 +81,12 @@ def op_calls(monkeypatch):
     """Counts of the kernkit ops the patched model calls, by name."""
     counts: dict[str, int] = {}
     for name in ("rmsnorm", "fused_add_rmsnorm", "qk_norm", "rotary_embedding", "silu_and_mul"):
-        def counted(*args, _fn=getattr(kernkit.ops, name), _name=name, **kwargs):
+        op = getattr(kernkit.ops, name)
+
+        def counted(*args, _fn=op, _name=name, **kwargs):
             counts[_name] = counts.get(_name, 0) + 1
             return _fn(*args, **kwargs)
-        monkeypatch.setattr(kernkit.ops, name, functools.wraps(getattr(kernkit.ops, name))(counted))
+        monkeypatch.setattr(kernkit.ops, name, functools.wraps(op)(counted))
     return counts
 
 
@@ -150,7 +153,7 @@ def test_output_hidden_states_runs_unfused_and_agrees(op_calls):
     with torch.no_grad():
         want, got = ref(ids, output_hidden_states=True), m(ids, output_hidden_states=True)
     assert len(got.hidden_states) == len(want.hidden_states) == 3
-    for g, w in zip(got.hidden_states, want.hidden_states):
+    for g, w in zip(got.hidden_states, want.hidden_states, strict=True):
         assert rel_error(g, w) <= TOLERANCE[fp32]
     assert "fused_add_rmsnorm" not in op_calls and op_calls["rmsnorm"] == 5
 

@@ -117,5 +117,6 @@ def test_own_kernel_outside_the_package(tmp_path, monkeypatch, capsys):
 
     # The section's tests, run by pytest as a reader runs them (exit code 0: collected, and passed).
     (project / "test_my_ops.py").write_text(block("example", "test_my_ops.py") + "\n")
-    assert pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", str(project), str(project / "test_my_ops.py")]) == 0
+    assert pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", str(project),
+                        str(project / "test_my_ops.py")]) == 0
     assert "\n20 passed" in capsys.readouterr().out

@@ -134,7 +134,7 @@ def store_case(name, device, dtype, heads, head_dim, index_dtype, *, pool=64, n=
     row = (heads * head_dim,) if two_d else (heads, head_dim)
     idx = torch.randperm(pool, generator=gen)[:n].to(i64)
     bad = bad_indices(pool, index_dtype)
-    for p, value in zip(torch.randperm(n, generator=gen).tolist(), bad):
+    for p, value in zip(torch.randperm(n, generator=gen).tolist(), bad, strict=False):
         idx[p] = value
     idx = idx.to(index_dtype)
     if kv_buffer:  # both caches are halves of one [pool, 2, row] buffer, checked whole
@@ -161,7 +161,7 @@ def store_case(name, device, dtype, heads, head_dim, index_dtype, *, pool=64, n=
     want_caches = (want[0][:, 0], want[0][:, 1]) if kv_buffer else (want[0], want[1])
     store.ref_store_cache(*want_caches, idx, k, v)
     ops.store_cache(*caches_d, idx.to(device), k_d, v_d)
-    for i, (got, exp) in enumerate(zip(whole_d, want)):
+    for i, (got, exp) in enumerate(zip(whole_d, want, strict=True)):
         expect_same(name, ["k_cache", "v_cache", "kv buffer"][2 if kv_buffer else i], got, exp)
     return 1
 
@@ -175,7 +175,7 @@ def indexing_case(name, device, dtype, hidden, id_dtype, *, rows=96, n=40, vocab
     extremes = [-1, start - 1, start + length, rows, 2**31 - 1, -(2**31)]
     if id_dtype == i64:
         extremes += [2**32 + start + 1, 2**40]
-    for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes):
+    for p, value in zip(torch.randperm(n, generator=gen).tolist(), extremes, strict=False):
         ids[p] = value
     ids = ids.to(id_dtype)
     weight = table[:, hidden : 2 * hidden] if strided else table

@@ -44,10 +44,31 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import (CACHE_LAYOUT, LIB_NAME, SHARED_VAR, ArchError, CacheDirError, CorruptBuildError, CudaArch, JitSpec,
-                   cache_root, check_record, discard_build, file_record, file_sha256, find_build, local_path,
-                   publish_build, read_build, shared_entries, staging_dir, target_arch)
-from ..jit import maker, pch, prebuilt
+from ..jit import (
+    CACHE_LAYOUT,
+    LIB_NAME,
+    SHARED_VAR,
+    ArchError,
+    CacheDirError,
+    CorruptBuildError,
+    CudaArch,
+    JitSpec,
+    cache_root,
+    check_record,
+    discard_build,
+    file_record,
+    file_sha256,
+    find_build,
+    local_path,
+    maker,
+    pch,
+    prebuilt,
+    publish_build,
+    read_build,
+    shared_entries,
+    staging_dir,
+    target_arch,
+)
 from . import replay
 
 #: The archive's layout version (its ``index.json``).
@@ -520,6 +541,6 @@ def run(args: argparse.Namespace) -> int:
         totals += summary(top, len(builds), total, where)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows if len(rows) > 1 else []:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     print("\n".join(totals))
     return 0

@@ -20,9 +20,24 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import (ARCH_VAR, BACKEND_VAR, SHARED_VAR, ArchError, ToolchainError, cache_root, compiler_version,
-                   cuda_headers, default_backend, find_cuda_home, find_cxx, frozen, frozen_compiles, jit_enabled,
-                   nvrtc_toolkit, target_arch)
+from ..jit import (
+    ARCH_VAR,
+    BACKEND_VAR,
+    SHARED_VAR,
+    ArchError,
+    ToolchainError,
+    cache_root,
+    compiler_version,
+    cuda_headers,
+    default_backend,
+    find_cuda_home,
+    find_cxx,
+    frozen,
+    frozen_compiles,
+    jit_enabled,
+    nvrtc_toolkit,
+    target_arch,
+)
 from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 

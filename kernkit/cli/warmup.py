@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             print(describe(spec))
         return 0
     results = build_all(specs, args.jobs, progress=not args.quiet)
-    for spec, (status, error) in zip(specs, results):
+    for spec, (status, error) in zip(specs, results, strict=True):
         if status == "failed":
             print(f"FAILED {describe(spec)}:\n    " + "\n    ".join(error.splitlines()[:8]))
     counts = [sum(status == s for status, _ in results) for s in ("built", "cached", "failed")]

@@ -307,7 +307,7 @@ def _share(module: nn.Module, name: str, linears: list[nn.Linear], weight: torch
 
     def undo() -> None:
         del module._buffers[f"kernkit_{name}_weight"], module._buffers[f"kernkit_{name}_bias"]
-        for lin, (w, b) in zip(linears, originals):
+        for lin, (w, b) in zip(linears, originals, strict=True):
             lin.weight.data = w
             if b is not None:
                 lin.bias.data = b

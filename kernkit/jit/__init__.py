@@ -21,8 +21,16 @@ from .backends.base import version as compiler_version
 from .backends.nvrtc import headers as cuda_headers
 from .backends.nvrtc import toolkit as nvrtc_toolkit
 from .cache import LAYOUT as CACHE_LAYOUT
-from .cache import (CacheDirError, CorruptBuildError, check_record, file_record, frozen_compiles, local_path,
-                    read_build, staging_dir)
+from .cache import (
+    CacheDirError,
+    CorruptBuildError,
+    check_record,
+    file_record,
+    frozen_compiles,
+    local_path,
+    read_build,
+    staging_dir,
+)
 from .cache import discard as discard_build
 from .cache import find as find_build
 from .cache import publish as publish_build

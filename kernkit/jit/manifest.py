@@ -37,7 +37,8 @@ def request(spec) -> dict:
     """``spec`` as a build request (JSON-ready): ``JitSpec.make``'s arguments, with
     ``kernel_root`` only where the spec has one."""
     req = {"marker": [spec.name, *spec.template_args], "cuda_files": [shipped_name(f) or f for f in spec.cuda_files],
-           "cpp_files": [shipped_name(f) or f for f in spec.cpp_files], "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
+           "cpp_files": [shipped_name(f) or f for f in spec.cpp_files],
+           "cuda_wrappers": [list(w) for w in spec.cuda_wrappers],
            "cpp_wrappers": [list(w) for w in spec.cpp_wrappers], "extra_cflags": list(spec.extra_cflags),
            "extra_cuda_cflags": list(spec.extra_cuda_cflags), "extra_ldflags": list(spec.extra_ldflags),
            "extra_include_paths": list(spec.extra_include_paths), "backend": spec.backend,
@@ -67,7 +68,8 @@ def record(spec) -> None:
         if entry not in {_identity(r) for r in requests}:
             requests.append(req)
             tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"format": FORMAT, "kernkit": __version__, "requests": requests}, indent=1) + "\n")
+            tmp.write_text(json.dumps({"format": FORMAT, "kernkit": __version__, "requests": requests}, indent=1)
+                           + "\n")
             os.replace(tmp, path)  # a reader sees the old manifest or the new one, never half of one
     seen.add(entry)
 

@@ -5,7 +5,8 @@ The helpers (``KERNKIT_HOST_HELPER`` in ``host_helper.h``: ``TensorMatcher``'s c
 ``check_no_overlap``, the row checks, the device queries, the error's construction; for nvrtc
 also the driver launch, for emu the emulator's runtime, ``KERNKIT_EMU_RUNTIME``) are the same
 code in every specialization, and compiling them is a large part of an nvrtc or emu host unit's
-compile (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md). Every such build's unit starts with ``USE`` (defining
+compile (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
+Every such build's unit starts with ``USE`` (defining
 ``KERNKIT_HOST_PREBUILT``: it then only declares them) and links ``helpers.o`` (hidden symbols,
 linked statically: a library carries its own, and a deploy archive stays self-contained).
 ``stage`` gives a build a verified copy of the cached object; a build that finds none compiles

@@ -22,9 +22,8 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from . import cache
+from . import cache, manifest, miss, wrappers
 from .arch import CudaArch, target_arch
-from . import manifest, miss, wrappers
 from .backends import BACKENDS, HOST, default_backend
 from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
 from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
@@ -501,7 +500,8 @@ def _check_asan_runtime(title: str) -> None:
     cxx = find_cxx()
     libs = [subprocess.run([cxx, f"-print-file-name={lib}"], capture_output=True, text=True).stdout.strip() or lib
             for lib in ("libasan.so", "libstdc++.so.6")]
-    raise RuntimeError(f"{title} is an AddressSanitizer build ({EMU_SANITIZE_VAR}={os.environ.get(EMU_SANITIZE_VAR, '')}), "
+    raise RuntimeError(f"{title} is an AddressSanitizer build "
+                       f"({EMU_SANITIZE_VAR}={os.environ.get(EMU_SANITIZE_VAR, '')}), "
                        f"which loads only into a process started with the ASan runtime first (and libstdc++ with it); "
                        f"start it as: LD_PRELOAD=\"{' '.join(libs)}\" ASAN_OPTIONS=detect_leaks=0 python ... "
                        f"(docs/emulator.md), or unset {EMU_SANITIZE_VAR}")

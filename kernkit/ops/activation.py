@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -77,7 +76,7 @@ def _gelu_specializations(dtypes: Sequence[torch.dtype] = ACT_DTYPES, backend: s
 
 
 @register_op(fake=_out, specializations=_silu_specializations)
-def silu_and_mul(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def silu_and_mul(x: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` with ``silu(v) = v / (1 + exp(-v))``, computed in fp32
     and rounded once to ``x.dtype``.
 
@@ -134,7 +133,7 @@ def silu_and_mul(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> torc
 
 
 @register_op(fake=_out, specializations=_gelu_specializations)
-def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def gelu_and_mul(x: torch.Tensor, approximate: str = "none", *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``gelu(x[..., :d]) * x[..., d:]``, computed in fp32 and rounded once to ``x.dtype``.
 
     ``approximate="none"``: ``gelu(v) = 0.5 v (1 + erf(v / sqrt 2))``; ``"tanh"``: ``0.5 v (1 +

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -38,7 +37,7 @@ def _specializations(dtypes: Sequence[torch.dtype] = SCALE_DTYPES, backend: str 
 
 
 @register_op(fake=_out, specializations=_specializations)
-def scale(src: torch.Tensor, factor: float, *, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def scale(src: torch.Tensor, factor: float, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``src * factor``, computed in fp32 and rounded once to ``src.dtype``.
 
     Parameters

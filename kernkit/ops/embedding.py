@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -29,7 +28,7 @@ def _module(dtype: torch.dtype, shape: torch.Size, is_cuda: bool):
     return indexing_spec(dtype, shape[1], None if is_cuda else "emu").build_and_load()
 
 
-def _out(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Optional[Sequence[int]] = None) -> torch.Tensor:
+def _out(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Sequence[int] | None = None) -> torch.Tensor:
     # Never fails for tensors of any shape: the launcher checks them and names what is wrong.
     return weight.new_empty((*ids.shape, *weight.shape[1:]))
 
@@ -39,8 +38,8 @@ def _specializations(dtypes: Sequence[torch.dtype], hidden_size: int, backend: s
 
 
 @register_op(fake=_out, specializations=_specializations)
-def indexing(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Optional[Sequence[int]] = None, *,
-             out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def indexing(weight: torch.Tensor, ids: torch.Tensor, vocab_range: Sequence[int] | None = None, *,
+             out: torch.Tensor | None = None) -> torch.Tensor:
     """Embedding lookup: ``out[t] = weight[ids[t] - start]``, a zero row where ``ids[t]`` is
     outside ``[start, start + length)``.
 

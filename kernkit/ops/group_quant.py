@@ -5,7 +5,6 @@ DeepGEMM) take their activations (sglang's ``per_token_group_quant_8bit``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -53,7 +52,7 @@ def _module(dtype: torch.dtype, group_size: int, column_major_scales: bool, scal
 
 
 def _outputs(x: torch.Tensor, group_size: int = 128, *, column_major_scales: bool = False, scale_ue8m0: bool = False,
-             eps: float = 1e-10, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+             eps: float = 1e-10, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` (``out``, or contiguous fp8 shaped like ``x``) and the scales in their layout."""
     if x.dim() != 2:
         raise ValueError(f"'x': expected a 2-d [tokens, hidden] tensor, got {x.dim()}-d")
@@ -86,7 +85,7 @@ def _specializations(dtypes: Sequence[torch.dtype], group_size: int = 128, colum
 @register_op(fake=_outputs, specializations=_specializations)
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_major_scales: bool = False,
                               scale_ue8m0: bool = False, eps: float = 1e-10,
-                              out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                              out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize each group of ``group_size`` consecutive elements of each row of ``x`` to fp8
     E4M3 with its own fp32 scale.
 

@@ -13,7 +13,8 @@ from .registry import register_op
 #: Vectors of each tensor a thread keeps in flight before a row is split over more threads
 #: (``device::rows::RowLayout``): with 16-byte vectors a 2 KB row gets two warps, each thread
 #: loading 2 x 16 bytes of K and of V before storing them. On an H200, 2 was the fastest at
-#: 4096 rows and tied with 1, 4 and 8 elsewhere (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
+#: 4096 rows and tied with 1, 4 and 8 elsewhere
+#: (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
 STORE_PER_THREAD = 2
 
 

@@ -4,7 +4,6 @@ tensors, and the residual-add variant of a transformer layer's boundary."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -89,7 +88,7 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = NORM_DTYP
 
 @register_op(fake=_out, specializations=_specializations)
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
-            out: Optional[torch.Tensor] = None, cast_x_before_out_mul: bool = False) -> torch.Tensor:
+            out: torch.Tensor | None = None, cast_x_before_out_mul: bool = False) -> torch.Tensor:
     """``x / sqrt(mean(x**2, -1) + eps) * weight`` over the last dimension, in fp32, rounded once
     to ``x.dtype``; or, with ``cast_x_before_out_mul``, in transformers' order.
 

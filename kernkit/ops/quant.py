@@ -4,7 +4,6 @@ scale per row, as the activations of an fp8 GEMM need it (sglang's ``per_token_q
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -36,7 +35,7 @@ def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
     return per_token_quant_fp8_spec(dtype, hidden, None if is_cuda else "emu").build_and_load()
 
 
-def _outputs(x: torch.Tensor, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _outputs(x: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``q`` (``out``, or fp8 shaped like ``x``, contiguous) and ``scales`` (fp32,
     ``[*x.shape[:-1], 1]``)."""
     if out is None:  # empty_like: as norm's output, less Python time than torch.empty(x.shape, ...)
@@ -53,7 +52,7 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = QUANT_DTY
 
 
 @register_op(fake=_outputs, specializations=_specializations)
-def per_token_quant_fp8(x: torch.Tensor, *, out: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize each row of ``x`` to fp8 E4M3 with its own fp32 scale.
 
     Per row: ``scale = max|x| / 448`` (fp32 IEEE division; 448 is E4M3's largest finite value)

@@ -202,7 +202,8 @@ def _wrapper(fn: Callable, sig: inspect.Signature, traced: Callable, name_error:
     (``_refuse``); after, bump the version counters of the ``written`` tensors, so that
     autograd refuses a saved tensor the op overwrote. An input that requires grad under grad
     mode is warned about once (``_refuse``). The bump goes through
-    ``torch._C._increment_version`` itself (what these cost a call: benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
+    ``torch._C._increment_version`` itself (what these cost a call:
+    benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
 
     It is compiled with ``fn``'s own parameter list (as dataclasses compile their ``__init__``):
     a generic ``(*args, **kwargs)`` wrapper would pack a tuple and a dict on every call."""

@@ -5,7 +5,6 @@ KV cache, in one launch."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
 
 import torch
 
@@ -44,7 +43,7 @@ def _module(dtype: torch.dtype, rot_dim: int, is_neox: bool, is_cuda: bool, op: 
     return rope_spec(dtype, rot_dim, is_neox, None if is_cuda else "emu", op).build_and_load()
 
 
-def _builds(op: str, dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: Optional[int], is_neox: object,
+def _builds(op: str, dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: int | None, is_neox: object,
             backend: str | None) -> list[JitSpec]:
     """The builds of ``op`` a model needs: one per dtype, for its rotary dimension (``head_dim``
     unless ``rot_dim`` is given) and pairing (``is_neox``: a bool, or ``0``/``1``/``true``/``false``
@@ -54,19 +53,19 @@ def _builds(op: str, dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: Opti
     return [rope_spec(d, rot, neox, backend, op) for d in dict.fromkeys(dtypes)]
 
 
-def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: Optional[int] = None,
+def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: int | None = None,
                      is_neox: bool = True, backend: str | None = None, **unused: object) -> list[JitSpec]:
     return _builds("rotary_embedding", dtypes, head_dim, rot_dim, is_neox, backend)
 
 
-def _store_specializations(dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: Optional[int] = None,
+def _store_specializations(dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: int | None = None,
                            is_neox: bool = True, backend: str | None = None, **unused: object) -> list[JitSpec]:
     return _builds("rotary_embedding_store", dtypes, head_dim, rot_dim, is_neox, backend)
 
 
 @register_op(mutates_args=("q", "k"), specializations=_specializations)
 def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos_sin_cache: torch.Tensor,
-                     is_neox: bool = True, *, head_dim: Optional[int] = None) -> None:
+                     is_neox: bool = True, *, head_dim: int | None = None) -> None:
     """Rotate the first ``rot_dim`` elements of every head of ``q`` and ``k`` by the angle of
     its token's position, in place.
 
@@ -135,7 +134,7 @@ def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
 @register_op(mutates_args=("q", "k", "k_cache", "v_cache"), specializations=_store_specializations)
 def rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                            cos_sin_cache: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           out_loc: torch.Tensor, is_neox: bool = True, *, head_dim: Optional[int] = None) -> None:
+                           out_loc: torch.Tensor, is_neox: bool = True, *, head_dim: int | None = None) -> None:
     """``rotary_embedding(positions, q, k, cos_sin_cache, is_neox)`` followed by
     ``store_cache(k_cache, v_cache, out_loc, k, v)``, in one launch: rotate ``q`` and ``k`` in
     place, and write each token's rotated k and its v to row ``out_loc[i]`` of the caches.

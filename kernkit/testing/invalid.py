@@ -74,7 +74,7 @@ class Arena:
     bufs: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
     @classmethod
-    def seeded(cls, seed: int) -> "Arena":
+    def seeded(cls, seed: int) -> Arena:
         return cls(torch.Generator().manual_seed(seed))
 
     def tensor(self, shape, dtype: torch.dtype, layout: str = "contiguous") -> torch.Tensor:
@@ -104,7 +104,7 @@ class Arena:
             strides = (h * d, 1, h)
         else:
             raise AssertionError(layout)
-        span = 0 if 0 in shape else 1 + sum((s - 1) * st for s, st in zip(shape, strides))
+        span = 0 if 0 in shape else 1 + sum((s - 1) * st for s, st in zip(shape, strides, strict=True))
         nbytes = 2 * GUARD + (offset + span) * elem
         nbytes += -nbytes % 16
         buf = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=self.gen)
@@ -129,7 +129,7 @@ class Arena:
         return t if i is None else copies[i].view(t.dtype).as_strided(t.shape, t.stride(), t.storage_offset())
 
     def same_as(self, copies: list[torch.Tensor]) -> bool:
-        return all(torch.equal(buf, c) for (buf, _), c in zip(self.bufs, copies))
+        return all(torch.equal(buf, c) for (buf, _), c in zip(self.bufs, copies, strict=True))
 
     def alias(self, t: torch.Tensor, shape, dtype: torch.dtype, shift: int = 0) -> torch.Tensor:
         """A contiguous ``shape`` view of ``dtype`` over the buffer of ``t``, from ``t``'s first

@@ -51,4 +51,4 @@ def check_results(results: list[dict], world: int) -> None:
         assert set(r["compiled"]) | set(r["loaded"]) == set(compiled), r
     # The shards cover the vocabulary contiguously, the heads are split evenly.
     shards = sorted(tuple(r["shard"]) for r in results)
-    assert all(a[0] + a[1] == b[0] for a, b in zip(shards, shards[1:])) and shards[0][0] == 0
+    assert all(a[0] + a[1] == b[0] for a, b in zip(shards, shards[1:], strict=False)) and shards[0][0] == 0

@@ -116,7 +116,8 @@ def expected_requests(dtype, hidden: int, heads_local: int, head_dim: int, devic
     from kernkit.ops.kvcache import store_spec
 
     backend = None if device_type == "cuda" else "emu"
-    return sorted({indexing_spec(dtype, hidden, backend).title, store_spec(dtype, (heads_local, head_dim), backend).title})
+    return sorted({indexing_spec(dtype, hidden, backend).title,
+                   store_spec(dtype, (heads_local, head_dim), backend).title})
 
 
 def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:

@@ -29,7 +29,8 @@ def compile_flags() -> list[str]:
     return [
         "-x", "c++", "-std=c++17", "-O2", "-fPIC", "-ffp-contract=off", "-pthread", "-DKERNKIT_EMU=1",
         "-include", "kernkit/emu/runtime.h",
-        f"-I{REPO / 'kernkit' / 'emu' / 'include'}", f"-I{REPO / 'kernkit' / 'include'}", f"-I{CUDA_HOME / 'include'}", f"-I{CUDA_HOME / 'include' / 'cccl'}",
+        f"-I{REPO / 'kernkit' / 'emu' / 'include'}", f"-I{REPO / 'kernkit' / 'include'}",
+        f"-I{CUDA_HOME / 'include'}", f"-I{CUDA_HOME / 'include' / 'cccl'}",
         f"-I{tvm_inc}", f"-I{dlpack_inc}",
     ]
 

@@ -57,6 +57,8 @@ def test_row_sum_on_cpu_is_bit_exact_per_schedule(needs_cuda_headers, monkeypatc
 def test_divergent_shuffle_raises_runtime_error_through_ffi(needs_cuda_headers):
     mod = _load(True)
     x = torch.ones(2, 64)
-    line = next(i for i, s in enumerate((HERE / "jit_row_sum.cuh").read_text().splitlines(), 1) if "MARK:row_sum_shfl" in s)
-    with pytest.raises(RuntimeError, match=rf"lane 24 exited without reaching __shfl_xor_sync at .*jit_row_sum.cuh:{line}"):
+    line = next(i for i, s in enumerate((HERE / "jit_row_sum.cuh").read_text().splitlines(), 1)
+                if "MARK:row_sum_shfl" in s)
+    with pytest.raises(RuntimeError,
+                       match=rf"lane 24 exited without reaching __shfl_xor_sync at .*jit_row_sum.cuh:{line}"):
         mod.row_sum(x, torch.empty(2))

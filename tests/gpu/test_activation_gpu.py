@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing import oracle
-from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import gelu_and_mul, silu_and_mul
 from kernkit.ops.activation import ACTIVATIONS, act_and_mul_spec
+from kernkit.testing import oracle
+from kernkit.testing.oracle import op_tests
 
 act_tests = op_tests("activation")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_group_quant_fp8
 from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec
+from kernkit.testing.oracle import op_tests
 
 group_quant = op_tests("group_quant")
 

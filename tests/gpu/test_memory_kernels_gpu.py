@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit import ops
 from kernkit.ops.embedding import indexing_spec
 from kernkit.ops.kvcache import store_spec
+from kernkit.testing.oracle import op_tests
 
 indexing = op_tests("indexing")
 store = op_tests("store_cache")

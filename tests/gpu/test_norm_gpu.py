@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
 from kernkit.ops.norm import norm_spec
+from kernkit.testing.oracle import op_tests
 
 norm = op_tests("norm")
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import qk_norm
 from kernkit.ops.qk_norm import QK_NORM_HEAD_DIMS, qk_norm_spec
+from kernkit.testing.oracle import op_tests
 
 norm = op_tests("norm")
 qk = op_tests("qk_norm")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_quant_fp8
 from kernkit.ops.quant import per_token_quant_fp8_spec
+from kernkit.testing.oracle import op_tests
 
 quant = op_tests("quant")
 

@@ -7,15 +7,13 @@ GPU machine."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
-
-from kernkit.testing.oracle import op_tests
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding  # noqa: E402
 from kernkit.ops.rope import rope_spec  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
 rope = op_tests("rope")
 

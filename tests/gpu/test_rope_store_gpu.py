@@ -6,14 +6,12 @@ next to the plain one. Run with ``pytest -m gpu`` on a GPU machine."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
-
 from kernkit.jit import JitSpec, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding, rotary_embedding_store, store_cache  # noqa: E402
+from kernkit.testing.oracle import op_tests
 
 rope_store = op_tests("rope_store")
 
@@ -57,14 +55,14 @@ def check(pos, q, k, v, cache, kc, vc, loc, is_neox, head_dim=None, fn=None, pai
     ref = [t.cpu() for t in (q, k, kc, vc)]
     rope_store.ref_rotary_embedding_store(pos.cpu(), ref[0], ref[1], v.cpu(), cache.cpu(), ref[2], ref[3], loc.cpu(),
                                      is_neox, head_dim)
-    for name, got, want in zip(("q", "k", "k_cache", "v_cache"), fused, ref):
+    for name, got, want in zip(("q", "k", "k_cache", "v_cache"), fused, ref, strict=True):
         assert torch.equal(got.cpu(), want), f"{name}: GPU != reference"
     if pair:
         seq = [t.clone() for t in (q, k, kc, vc)]
         rotary_embedding(pos, seq[0], seq[1], cache, is_neox, head_dim=head_dim)
         n = pos.shape[0]
         store_cache(seq[2], seq[3], loc, seq[1].reshape(n, *kc.shape[1:]), v.reshape(n, *kc.shape[1:]))
-        for name, got, want in zip(("q", "k", "k_cache", "v_cache"), fused, seq):
+        for name, got, want in zip(("q", "k", "k_cache", "v_cache"), fused, seq, strict=True):
             assert torch.equal(got, want), f"{name}: fused != rotary_embedding + store_cache"
 
 
@@ -102,7 +100,7 @@ def test_cuda_graph_replay_and_pdl_variants():
                               cuda_wrappers=[("rotary_embedding_store", f"rotary_embedding_store<{args}>")]
                               ).build_and_load()
 
-        def run(p, q_, k_, v_, c_, kc_, vc_, l_, neox, head_dim=None):
+        def run(p, q_, k_, v_, c_, kc_, vc_, l_, neox, head_dim=None, module=module):
             module.rotary_embedding_store(p, q_, k_, v_, c_, kc_, vc_, l_, -1 if head_dim is None else head_dim)
 
         check(pos, q, k, v, cache, kc, vc, loc, True, fn=run)
@@ -112,7 +110,7 @@ def test_cuda_graph_replay_and_pdl_variants():
     with torch.cuda.stream(stream):
         rotary_embedding_store(pos, gq, gk, v, cache, gkc, gvc, loc)  # build outside the capture
     torch.cuda.synchronize()
-    for t, s in zip((gq, gk, gkc, gvc), saved):
+    for t, s in zip((gq, gk, gkc, gvc), saved, strict=True):
         t.copy_(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -120,5 +118,6 @@ def test_cuda_graph_replay_and_pdl_variants():
     graph.replay()
     torch.cuda.synchronize()
     want = [t.cpu() for t in saved]
-    rope_store.ref_rotary_embedding_store(pos.cpu(), want[0], want[1], v.cpu(), cache.cpu(), want[2], want[3], loc.cpu())
-    assert all(torch.equal(a.cpu(), b) for a, b in zip((gq, gk, gkc, gvc), want))
+    rope_store.ref_rotary_embedding_store(pos.cpu(), want[0], want[1], v.cpu(), cache.cpu(), want[2], want[3],
+                                          loc.cpu())
+    assert all(torch.equal(a.cpu(), b) for a, b in zip((gq, gk, gkc, gvc), want, strict=True))

@@ -18,7 +18,8 @@ ref_scale = op_tests("scale").ref_scale
 def scale_with_pdl(dtype: torch.dtype, use_pdl: bool) -> JitSpec:
     """The scale specialization with PDL on or off, whatever the GPU would pick."""
     args = make_cpp_args(dtype, use_pdl)
-    return JitSpec.make("scale", *args, cuda_files=["elementwise/scale.cuh"], cuda_wrappers=[("scale", f"scale<{args}>")])
+    return JitSpec.make("scale", *args, cuda_files=["elementwise/scale.cuh"],
+                        cuda_wrappers=[("scale", f"scale<{args}>")])
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

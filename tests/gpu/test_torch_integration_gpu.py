@@ -11,9 +11,9 @@ import threading
 import pytest
 import torch
 
-from kernkit.testing.oracle import op_tests
 from kernkit import ops
 from kernkit.jit import CaptureCompileError
+from kernkit.testing.oracle import op_tests
 
 store = op_tests("store_cache")
 
@@ -62,7 +62,7 @@ def test_compiled_module_matches_eager():
         want = eager(*args)
         got = compiled(*args)
         torch.cuda.synchronize()
-        assert all(same_bytes(g, w) for g, w in zip(got, want)), step
+        assert all(same_bytes(g, w) for g, w in zip(got, want, strict=True)), step
         assert same_bytes(compiled_mod.kc, eager.kc) and same_bytes(compiled_mod.vc, eager.vc), step
 
 
@@ -84,12 +84,12 @@ def test_cuda_graph_replay_with_new_inputs_is_bit_exact():
     captured.vc.zero_()
     for step in range(1, 6):
         args = step_inputs(step)
-        for dst, src in zip(static, args):
+        for dst, src in zip(static, args, strict=True):
             dst.copy_(src)
         graph.replay()
         want = eager(*args)
         torch.cuda.synchronize()
-        assert all(same_bytes(g, w) for g, w in zip(static_out, want)), step
+        assert all(same_bytes(g, w) for g, w in zip(static_out, want, strict=True)), step
         assert same_bytes(captured.kc, eager.kc) and same_bytes(captured.vc, eager.vc), step
 
 

@@ -24,7 +24,8 @@ import time
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers", reason="needs the transformers extra: pip install 'kernkit[transformers]'")
+transformers = pytest.importorskip("transformers",
+                                   reason="needs the transformers extra: pip install 'kernkit[transformers]'")
 
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen3Config  # noqa: E402
 
@@ -100,10 +101,10 @@ def test_logits_and_greedy_tokens_against_the_unpatched_model(name):
     print(f"\n{name}: patched in {time.perf_counter() - t0:.2f} s (this process's first patch)")
     got, _ = teacher_forced(m, prompt, tokens.cuda(), 64)
 
-    base_error = [rel(b, w) for b, w in zip(base, want)]
-    kernkit_error = [rel(g, w) for g, w in zip(got, want)]
+    base_error = [rel(b, w) for b, w in zip(base, want, strict=True)]
+    kernkit_error = [rel(g, w) for g, w in zip(got, want, strict=True)]
     divergences = []
-    for step, (g, b, w) in enumerate(zip(got, base, want)):
+    for step, (g, b, w) in enumerate(zip(got, base, want, strict=True)):
         ours, theirs = g[0].argmax().item(), b[0].argmax().item()
         if ours != theirs:
             noise = (b - w).abs().max().item()  # the unpatched bf16 model's own error here
@@ -112,7 +113,7 @@ def test_logits_and_greedy_tokens_against_the_unpatched_model(name):
     print(f"{name}: relative logit error against float32: unpatched bf16 max {max(base_error):.2e} mean "
           f"{sum(base_error) / len(base_error):.2e}; kernkit bf16 max {max(kernkit_error):.2e} mean "
           f"{sum(kernkit_error) / len(kernkit_error):.2e} (bound {ERROR_RATIO} x unpatched); kernkit against "
-          f"unpatched max {max(rel(g, b) for g, b in zip(got, base)):.2e}")
+          f"unpatched max {max(rel(g, b) for g, b in zip(got, base, strict=True)):.2e}")
     print(f"{name}: greedy agreement {len(got) - len(divergences)}/{len(got)}; divergences (step, unpatched "
           f"logit gap of the two tokens, unpatched max|error| there, the token float32 prefers): "
           + (", ".join(f"({s}, {gap:.4f}, {noise:.4f}, {pick})" for s, gap, noise, pick in divergences) or "none"))

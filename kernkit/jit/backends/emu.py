@@ -24,8 +24,19 @@ from ..arch import ArchError, CudaArch, target_arch
 from ..config import ARCH_VAR, EMU_CHECK_VAR, emu_check
 from ..paths import EMU_INCLUDE_DIR
 from . import nvrtc
-from .base import (Backend, ToolchainError, find_cuda_home, find_cxx, includes, ninja_deps, own_headers, quote,
-                   run_ninja, stamp, write_ninja)
+from .base import (
+    Backend,
+    ToolchainError,
+    find_cuda_home,
+    find_cxx,
+    includes,
+    ninja_deps,
+    own_headers,
+    quote,
+    run_ninja,
+    stamp,
+    write_ninja,
+)
 from .nvcc import NVCC_FLAGS
 
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict

@@ -15,8 +15,8 @@ toolkit); NVRTC is called through ``ctypes`` (``nvrtc_device.py`` says why).
 from __future__ import annotations
 
 import contextlib
-import json
 import fnmatch
+import json
 import os
 import re
 import sys
@@ -30,8 +30,19 @@ import tvm_ffi.libinfo
 from .. import pch
 from ..paths import INCLUDE_DIR, KERNELS_DIR, shipped_name
 from ..split import split
-from .base import (CXX_FLAGS, Backend, ToolchainError, dir_stamp, find_cuda_home, find_cxx, ninja_deps, quote,
-                   run_ninja, stamp, write_ninja)
+from .base import (
+    CXX_FLAGS,
+    Backend,
+    ToolchainError,
+    dir_stamp,
+    find_cuda_home,
+    find_cxx,
+    ninja_deps,
+    quote,
+    run_ninja,
+    stamp,
+    write_ninja,
+)
 
 #: The host half's flags besides ``CXX_FLAGS``: ``-O1`` as for nvcc's host side; CUDA's
 #: ``__launch_bounds__`` has no host meaning.
@@ -79,7 +90,8 @@ def toolkit() -> Toolkit:
 
     A plain search of the directories those wheels use, not ``cuda.pathfinder``: a warm load
     looks the compiler up too (its identity is part of the build record), and importing and
-    asking pathfinder is slow and starts subprocesses (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md)."""
+    asking pathfinder is slow and starts subprocesses
+    (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md)."""
     lib = _roots("lib")
     found = {"libnvrtc": _find(lib, "libnvrtc.so.*"), "libcudart": _find(lib, "libcudart.so.*")}
     missing = [name for name, path in found.items() if path is None]
@@ -238,7 +250,8 @@ def _write_halves(spec, build_dir: Path, host: bool = True) -> tuple[list[Path],
 
 
 #: ``split`` by text: a process's later builds (a parallel ``warmup``, a server meeting a new
-#: shape) re-split only what changed (what splitting every header costs: benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
+#: shape) re-split only what changed (what splitting every header costs:
+#: benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md).
 _split = lru_cache(maxsize=512)(split)
 
 _STD = Path(__file__).with_name("nvrtc_std.h")

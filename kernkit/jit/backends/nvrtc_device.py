@@ -13,7 +13,8 @@ the emulator's, which defines the instantiations itself, and only ``kernel.cubin
 A script of its own, importing nothing of kernkit, so that ninja runs it as one step of the
 build. NVRTC and the C++ runtime's demangler are called through ``ctypes`` rather than through
 cuda-bindings and ``nm -C``: the step is on every build's critical path, and importing
-cuda-bindings and a second ``nm`` cost tens of milliseconds each (benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md), and cuda-bindings
+cuda-bindings and a second ``nm`` cost tens of milliseconds each
+(benchmark/results/timings-from-code-comments-h200+cpu2core-2026-12-04-342f5de.md), and cuda-bindings
 finds a libnvrtc of its own choosing, not necessarily the one the build's key names.
 """
 

@@ -74,7 +74,8 @@ def w_compile(how: str, where: str) -> dict:
     import torch
     import tvm_ffi.cpp
 
-    from kernkit.jit import INCLUDE_DIR, KERNELS_DIR, find_cuda_home
+    from kernkit.jit import INCLUDE_DIR, KERNELS_DIR
+    from kernkit.jit.backends.base import find_cuda_home
     from kernkit.ops.kvcache import store_spec
 
     os.environ["KERNKIT_CACHE_DIR"] = where

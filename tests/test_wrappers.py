@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernkit.jit import CompileError, find_cuda_home, load_jit
+from kernkit.jit import CompileError, load_jit
+from kernkit.jit.backends.base import find_cuda_home
 from kernkit.jit.wrappers import declarations
 
 SOURCE = textwrap.dedent("""\

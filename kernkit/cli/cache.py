@@ -44,31 +44,16 @@ from pathlib import Path
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import (
-    CACHE_LAYOUT,
-    LIB_NAME,
-    SHARED_VAR,
-    ArchError,
-    CacheDirError,
-    CorruptBuildError,
-    CudaArch,
-    JitSpec,
-    cache_root,
-    check_record,
-    discard_build,
-    file_record,
-    file_sha256,
-    find_build,
-    local_path,
-    maker,
-    pch,
-    prebuilt,
-    publish_build,
-    read_build,
-    shared_entries,
-    staging_dir,
-    target_arch,
-)
+from ..jit import ArchError, CacheDirError, CudaArch, JitSpec, maker, pch, prebuilt, target_arch
+from ..jit.cache import LAYOUT as CACHE_LAYOUT
+from ..jit.cache import CorruptBuildError, check_record, file_record, local_path, read_build, staging_dir
+from ..jit.cache import discard as discard_build
+from ..jit.cache import find as find_build
+from ..jit.cache import publish as publish_build
+from ..jit.cache import root as cache_root
+from ..jit.cache import sha256 as file_sha256
+from ..jit.config import SHARED_VAR, shared_entries
+from ..jit.paths import LIB_NAME
 from . import replay
 
 #: The archive's layout version (its ``index.json``).

@@ -35,7 +35,9 @@ from pathlib import Path
 
 import tvm_ffi.libinfo
 
-from ..jit import EMU_INCLUDE_DIR, INCLUDE_DIR, KERNELS_DIR, ArchError, CudaArch, find_cuda_home, target_arch
+from ..jit import INCLUDE_DIR, KERNELS_DIR, ArchError, CudaArch, target_arch
+from ..jit.backends.base import find_cuda_home
+from ..jit.paths import EMU_INCLUDE_DIR
 
 # clang's CUDA wrapper header includes curand_mtgp32_kernel.h unconditionally. A toolkit without
 # cuRAND lacks it, and that missing include inside clangd's preamble silently breaks the parse

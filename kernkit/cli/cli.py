@@ -10,7 +10,9 @@ import sys
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..jit import BACKENDS, ArchError, ManifestError
+from ..jit import ArchError
+from ..jit.backends import BACKENDS
+from ..jit.manifest import ManifestError
 from . import cache, clangd, doctor, warmup
 
 #: The subcommands; ``clangd`` runs when none is given.

@@ -20,24 +20,15 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import (
-    ARCH_VAR,
-    BACKEND_VAR,
-    SHARED_VAR,
-    ArchError,
-    ToolchainError,
-    cache_root,
-    compiler_version,
-    cuda_headers,
-    default_backend,
-    find_cuda_home,
-    find_cxx,
-    frozen,
-    frozen_compiles,
-    jit_enabled,
-    nvrtc_toolkit,
-    target_arch,
-)
+from ..jit import ArchError, ToolchainError, frozen, target_arch
+from ..jit.backends import default_backend
+from ..jit.backends.base import find_cuda_home, find_cxx
+from ..jit.backends.base import version as compiler_version
+from ..jit.backends.nvrtc import headers as cuda_headers
+from ..jit.backends.nvrtc import toolkit as nvrtc_toolkit
+from ..jit.cache import frozen_compiles
+from ..jit.cache import root as cache_root
+from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, jit_enabled
 from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..jit import ArchError, CudaArch, JitSpec, ManifestError, read_manifest
+from ..jit import ArchError, CudaArch, JitSpec
+from ..jit.manifest import ManifestError
+from ..jit.manifest import read as read_manifest
 
 #: The fields of a request that list flags: replaying a request passes them to the compilers.
 FLAG_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")

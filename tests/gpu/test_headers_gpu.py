@@ -20,6 +20,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def backend() -> str:
     """Where the kernels run: the GPU, built by the default backend."""
-    from kernkit.jit import default_backend
+    from kernkit.jit.backends import default_backend
 
     return default_backend()

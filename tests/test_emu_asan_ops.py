@@ -10,6 +10,7 @@ runtime and libstdc++ (see docs/emulator.md). A bad argument still raises the Py
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -155,7 +156,10 @@ def asan(tmp_path_factory):
 
     built = run(BUILD, preload=False)
     assert built.returncode == 0, built.stdout + built.stderr[-4000:]
-    return run
+    yield run
+    # Its sanitized builds (about 50 MB) are made again by any run: a failed session keeps the
+    # factory's folders, and this one would be most of what it leaves.
+    shutil.rmtree(cache, ignore_errors=True)
 
 
 def no_sanitizer_report(res: subprocess.CompletedProcess) -> bool:

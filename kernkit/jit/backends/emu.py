@@ -27,7 +27,6 @@ from . import nvrtc
 from .base import (
     Backend,
     ToolchainError,
-    find_cuda_home,
     find_cxx,
     includes,
     ninja_deps,
@@ -37,7 +36,7 @@ from .base import (
     stamp,
     write_ninja,
 )
-from .nvcc import NVCC_FLAGS
+from .nvcc import NVCC_FLAGS, Nvcc
 
 #: No FP contraction, so float results match the GPU's (kernels spell their fmas); no strict
 #: aliasing, since CUDA code routinely reinterprets vectors (half2 as u32).
@@ -90,16 +89,17 @@ def gpu_check(spec, build_dir: Path, obj: str) -> list[str]:
         nvrtc.toolkit()  # a ToolchainError naming what to install, for KERNKIT_EMU_CHECK=nvrtc
         steps, _ = nvrtc.device_steps(spec, build_dir, sm, obj, check=True, macros=macros)
         return [*steps, "default kernel.cubin", ""]
-    home = find_cuda_home()
-    nvcc = home / "bin" / "nvcc" if home else None
-    if mode in ("auto", "nvcc") and nvcc and nvcc.is_file():
-        user = [f"-I{p}" for p in spec.extra_include_paths]
-        command = [str(nvcc), *NVCC_FLAGS, f"-arch=sm_{sm}", *includes(cuda=True), *user, *macros]
-        return ["rule gpu_check", f"  command = {quote(command)} -x cu --ptx $in -o $out", "",
-                f"build gpu_check.ptx: gpu_check {Emu.unit}", "default gpu_check.ptx", ""]
-    if mode == "nvcc":
-        raise ToolchainError(f"{EMU_CHECK_VAR}=nvcc, but nvcc is not found (at {nvcc or 'no CUDA home'}); "
-                             "set CUDA_HOME to the CUDA toolkit's root")
+    if mode in ("auto", "nvcc"):
+        try:
+            nvcc = Nvcc().compilers()[1]  # its ToolchainError says how to name the toolkit
+        except ToolchainError:
+            if mode == "nvcc":
+                raise
+        else:
+            user = [f"-I{p}" for p in spec.extra_include_paths]
+            command = [nvcc, *NVCC_FLAGS, f"-arch=sm_{sm}", *includes(cuda=True), *user, *macros]
+            return ["rule gpu_check", f"  command = {quote(command)} -x cu --ptx $in -o $out", "",
+                    f"build gpu_check.ptx: gpu_check {Emu.unit}", "default gpu_check.ptx", ""]
     if mode == "auto":
         _skipped()
     return []

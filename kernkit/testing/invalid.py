@@ -84,7 +84,7 @@ class Arena:
         ``padded`` (rows 3 elements apart more than their size: a misaligned row stride);
         ``expand`` (stride 0 in dimension 0: every row is the same memory); ``step2`` (stride 2
         in the last dimension); ``transposed`` (3-d: heads and head_dim swapped in memory; 2-d
-        and 1-d: ``step2``).
+        and 1-d, and 3-d with one head or head_dim 1, where swapping changes nothing: ``step2``).
         """
         shape = tuple(shape)
         elem = torch.empty((), dtype=dtype).element_size()
@@ -97,7 +97,7 @@ class Arena:
             strides = (math.prod(shape[1:]) + 3, *inner)
         elif layout == "expand":
             strides = (0, *_contiguous_strides(shape[1:]))
-        elif layout == "step2" or (layout == "transposed" and len(shape) < 3):
+        elif layout == "step2" or (layout == "transposed" and (len(shape) < 3 or 1 in shape[1:])):
             strides = tuple(2 * s for s in _contiguous_strides(shape))
         elif layout == "transposed":
             _, h, d = shape

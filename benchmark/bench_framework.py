@@ -76,10 +76,10 @@ def w_compile(how: str, where: str) -> dict:
 
     from kernkit.jit import INCLUDE_DIR, KERNELS_DIR
     from kernkit.jit.backends.base import find_cuda_home
-    from kernkit.ops.kvcache import store_spec
+    from kernkit.ops.store_cache import store_cache_spec
 
     os.environ["KERNKIT_CACHE_DIR"] = where
-    spec = store_spec(torch.bfloat16, ROW_SHAPE, "nvcc" if how == "inline" else how)
+    spec = store_cache_spec(torch.bfloat16, ROW_SHAPE, "nvcc" if how == "inline" else how)
     os.environ["TVM_FFI_CUDA_ARCH_LIST"] = f"{spec.arch}{'a' if spec.arch.arch_specific else ''}"
     home = find_cuda_home()
     os.environ["CUDA_HOME"] = str(home)  # tvm-ffi looks next to the nvcc on PATH, maybe a wrapper
@@ -107,7 +107,7 @@ def w_load(how: str, where: str) -> dict:
     import torch
     import tvm_ffi
 
-    from kernkit.ops import kvcache
+    from kernkit.ops.store_cache import _module as store_cache_module
 
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
@@ -116,7 +116,7 @@ def w_load(how: str, where: str) -> dict:
     gc.collect()  # a collection of torch's objects inside the timed region is not the load's
     t0 = time.perf_counter()
     if how == "factory":
-        kvcache._module(torch.bfloat16, shape, True)
+        store_cache_module(torch.bfloat16, shape, True)
     else:
         tvm_ffi.load_module(where)
     return {"ms": (time.perf_counter() - t0) * 1e3, "subprocesses": len(started)}
@@ -157,14 +157,14 @@ def w_host_cost(cache: str, build_dir: str) -> dict:
     import common  # benchmark/common.py, next to this file
 
     from kernkit import ops
-    from kernkit.ops import kvcache
+    from kernkit.ops.store_cache import _module as store_cache_module
 
     dev, n = ("cuda", 64) if torch.cuda.is_available() else ("cpu", 0)
     noop = tvm_ffi.cpp.load_inline("noop5", cpp_sources=_NOOP, build_directory=build_dir).noop
     kc, vc = (torch.randn(4096, *ROW_SHAPE, device=dev).to(torch.bfloat16) for _ in range(2))
     k, v = (torch.randn(n, *ROW_SHAPE, device=dev).to(torch.bfloat16) for _ in range(2))
     idx = torch.randperm(4096, device=dev)[:n].to(torch.int32)
-    module_fn = kvcache._module(kc.dtype, kc.shape, kc.is_cuda).store_cache
+    module_fn = store_cache_module(kc.dtype, kc.shape, kc.is_cuda).store_cache
     custom = torch.ops.kernkit.store_cache
     us = common.host_us({
         "ops.store_cache": lambda: ops.store_cache(kc, vc, idx, k, v),
@@ -183,9 +183,9 @@ def w_warmup(cache: str, count: str, first: str = "1") -> dict:
     import torch
 
     from kernkit.cli.warmup import build_all
-    from kernkit.ops.kvcache import store_spec
+    from kernkit.ops.store_cache import store_cache_spec
 
-    specs = [store_spec(torch.bfloat16, (heads, 128)) for heads in range(int(first), int(first) + int(count))]
+    specs = [store_cache_spec(torch.bfloat16, (heads, 128)) for heads in range(int(first), int(first) + int(count))]
     t0, c0 = time.perf_counter(), _child_cpu()
     results = build_all(specs, progress=False)
     return {"seconds": time.perf_counter() - t0, "cpu": _child_cpu() - c0, "jobs": os.cpu_count(),
@@ -214,7 +214,7 @@ def w_first(backend: str, where: str, hidden: str) -> dict:
         return {"import_s": t1 - t0, "seconds": time.perf_counter() - t1, "cpu": _child_cpu() - c1}
 
     import kernkit.ops
-    from kernkit.ops.norm import norm_spec
+    from kernkit.ops.rmsnorm import rmsnorm_spec
 
     t1, c1 = time.perf_counter(), _child_cpu()
     n = int(hidden)
@@ -228,7 +228,7 @@ def w_first(backend: str, where: str, hidden: str) -> dict:
         if dev == "cuda":
             torch.cuda.synchronize()
     else:
-        norm_spec(torch.bfloat16, n, backend).build_and_load()
+        rmsnorm_spec(torch.bfloat16, n, backend).build_and_load()
     return {"import_s": t1 - t0, "seconds": time.perf_counter() - t1, "cpu": _child_cpu() - c1}
 
 
@@ -281,12 +281,12 @@ def default_backend() -> str:
 def warm_load_rows(tmp: Path, loads: int) -> list[tuple[str, str]]:
     """Warm load through the op's factory in fresh processes, and the load_module floor."""
     cache = tmp / "warm"
-    lib = run_worker("compile", default_backend(), cache)["lib"]  # what kvcache._module loads
+    lib = run_worker("compile", default_backend(), cache)["lib"]  # what store_cache_module loads
     warm = [run_worker("load", "factory", cache) for _ in range(loads)]
     floor = [run_worker("load", "floor", lib)["ms"] for _ in range(loads)]
     ms = [r["ms"] for r in warm]
     return [
-        ("warm load of the built specialization in a fresh process (kvcache._module), ms (median)",
+        ("warm load of the built specialization in a fresh process (store_cache_module), ms (median)",
          f"{med(ms):.2f} (min {min(ms):.2f}, max {max(ms):.2f})"),
         ("  the floor: tvm_ffi.load_module of the same library in a fresh process, ms (median)", f"{med(floor):.2f}"),
         ("subprocesses started during a warm load (most in one process)", str(max(r["subprocesses"] for r in warm))),

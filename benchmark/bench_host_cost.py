@@ -27,7 +27,10 @@ from torch.compiler import is_compiling, is_dynamo_compiling
 import common
 
 from kernkit import ops
-from kernkit.ops import elementwise, embedding, kvcache, radix
+from kernkit.ops.compare_key import _module as compare_key_module
+from kernkit.ops.indexing import _module as indexing_module
+from kernkit.ops.scale import _module as scale_module
+from kernkit.ops.store_cache import _module as store_cache_module
 
 VARIANTS = ("plain", "torch.ops", "torch.ops .default", "module function")
 
@@ -72,10 +75,10 @@ def cases(dev: str, n: int, heads: int, head_dim: int) -> dict[str, tuple[Callab
     b = a.clone()
     b[40] = -1
     kk = torch.ops.kernkit
-    store = kvcache._module(kc.dtype, kc.shape, kc.is_cuda).store_cache
-    index = embedding._module(weight.dtype, weight.shape, weight.is_cuda).indexing
-    scale = elementwise._module(x.dtype, x.is_cuda).scale
-    compare = radix._module().compare_key
+    store = store_cache_module(kc.dtype, kc.shape, kc.is_cuda).store_cache
+    index = indexing_module(weight.dtype, weight.shape, weight.is_cuda).indexing
+    scale = scale_module(x.dtype, x.is_cuda).scale
+    compare = compare_key_module().compare_key
     return {
         "store_cache": (lambda: ops.store_cache(kc, vc, idx, k, v), lambda: kk.store_cache(kc, vc, idx, k, v),
                         lambda: kk.store_cache.default(kc, vc, idx, k, v), lambda: store(kc, vc, idx, k, v)),

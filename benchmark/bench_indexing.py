@@ -23,13 +23,14 @@ import common
 
 from kernkit import ops
 from kernkit.jit import JitSpec
-from kernkit.ops import embedding, kvcache
+from kernkit.ops._rows import row_spec
+from kernkit.ops.indexing import _module as indexing_module
 from kernkit.testing.oracle import op_tests
 
 
 def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str | None) -> JitSpec:
     """The op's indexing spec but for ``per_thread`` vectors in flight."""
-    return kvcache.row_spec("indexing", "embedding/ref.cuh", dtype.itemsize, hidden * dtype.itemsize,
+    return row_spec("indexing", "embedding/ref.cuh", dtype.itemsize, hidden * dtype.itemsize,
                             per_thread, backend)
 
 
@@ -90,7 +91,7 @@ def host_cost(args, dtype, weight) -> dict[str, float]:
     """CPU time per call at n=64, calls issued back to back."""
     ids = torch.randint(0, args.vocab, (64,), device="cuda", dtype=torch.int32)
     out = torch.empty(64, args.hidden, dtype=dtype, device="cuda")
-    module_fn = embedding._module(weight.dtype, weight.shape, True).indexing
+    module_fn = indexing_module(weight.dtype, weight.shape, True).indexing
     return common.host_us({
         "kernkit ops.indexing (allocates out)": lambda: ops.indexing(weight, ids),
         "kernkit ops.indexing (out given)": lambda: ops.indexing(weight, ids, out=out),

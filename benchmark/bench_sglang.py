@@ -1,5 +1,5 @@
 """kernkit beside sglang's own JIT kernels (``sglang.jit_kernel``) and torch.compile, over the
-grids of sglang's ``bench_norm.py``, ``bench_rope.py``, ``bench_qknorm.py`` and
+grids of sglang's ``bench_rmsnorm.py``, ``bench_rotary_embedding.py``, ``bench_qknorm.py`` and
 ``bench_per_token_group_quant_8bit.py``, plus the eager host cost per call of the ops both have.
 
     python benchmark/bench_sglang.py --out DIR [--only rmsnorm,rope,qknorm,ropestore,groupquant,host] [--no-compile]
@@ -16,7 +16,7 @@ grids of sglang's ``bench_norm.py``, ``bench_rope.py``, ``bench_qknorm.py`` and
 - ropestore: ``rotary_embedding_store`` against sglang's ``apply_rope_inplace_with_kvcache``,
   and each library's rope then store as two calls in one graph: bf16 q/k/v ``[tokens, heads,
   128]``, (q, kv) heads (8, 1), (16, 2), (32, 8), neox and gpt-j, 1 to 32768 tokens, caches of
-  2**20 rows written at distinct random rows (sglang's ``bench_rope.py`` store grid).
+  2**20 rows written at distinct random rows (sglang's ``bench_rotary_embedding.py`` store grid).
 - groupquant: ``per_token_group_quant_fp8`` against sglang's ``per_token_group_quant_8bit``
   (sglang's scales allocated in the same layouts): bf16 x of 1 to 16384 tokens of hidden 1536,
   7168 and 16384, group size 128, row-major, column-major (TMA-aligned) and packed UE8M0 scales
@@ -50,6 +50,7 @@ import torch
 import common
 
 from kernkit import ops
+from kernkit.ops.rmsnorm import _module as rmsnorm_module
 
 EPS = 1e-6
 NORM_HIDDENS = sorted([1536, *range(1024, 8192 + 1, 1024)]) + [16384]
@@ -202,7 +203,7 @@ def rope_cache() -> torch.Tensor:
     return torch.cat([ang.cos(), ang.sin()], -1)
 
 
-def bench_rope(sgl, compile_: bool) -> list[str]:
+def bench_rotary_embedding(sgl, compile_: bool) -> list[str]:
     cache, rows = rope_cache(), []
     compiled = torch.compile(torch_rope, dynamic=False) if compile_ else None
     for hq, hk in ROPE_HEADS:
@@ -240,7 +241,7 @@ def torch_rope_store(positions, q, k, v, cache, k_cache, v_cache, out_loc, is_ne
 
 def bench_rope_store(sgl, compile_: bool) -> list[str]:
     """``rotary_embedding_store`` against sglang's ``apply_rope_inplace_with_kvcache``, and each
-    library's rope and store as two calls in one graph, over sglang's bench_rope.py store grid:
+    library's rope and store as two calls in one graph, over sglang's bench_rotary_embedding.py store grid:
     caches of ROPE_STORE_POOL rows, distinct random cache rows."""
     cache, rows, bw = rope_cache(), [], common.copy_bandwidth_tbs()
     compiled = torch.compile(torch_rope_store, dynamic=False) if compile_ else None
@@ -383,7 +384,7 @@ def bench_host(sgl) -> list[str]:
     qg = torch.empty(16, 7168, device="cuda", dtype=torch.float8_e4m3fn)
     sg = torch.empty(16, 7168 // GROUP_QUANT_SIZE, device="cuda")
     cache = rope_cache()
-    module = ops.norm._module(bf16, 4096, True)
+    module = rmsnorm_module(bf16, 4096, True)
     fns = {
         "rmsnorm into out: kernkit": lambda: ops.rmsnorm(x, w, EPS, out=out),
         "rmsnorm into out: kernkit, bare module call": lambda: module.rmsnorm(out, x, w, EPS),
@@ -446,7 +447,7 @@ def main() -> None:
     if "rmsnorm" in parts:
         lines += bench_rmsnorm(sgl, not args.no_compile)
     if "rope" in parts:
-        lines += bench_rope(sgl, not args.no_compile)
+        lines += bench_rotary_embedding(sgl, not args.no_compile)
     if "qknorm" in parts:
         lines += bench_qknorm(sgl, not args.no_compile)
     if "ropestore" in parts:

@@ -22,7 +22,8 @@ import common
 
 from kernkit import ops
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
-from kernkit.ops import kvcache
+from kernkit.ops._rows import row_bytes, row_spec
+from kernkit.ops.store_cache import _module as store_cache_module
 from kernkit.testing.oracle import op_tests
 
 
@@ -30,12 +31,12 @@ def variant_spec(dtype: torch.dtype, row_shape: tuple[int, ...], per_thread: int
                  backend: str | None) -> JitSpec:
     """store_cache with ``per_thread`` vectors in flight and streaming stores on or off. Without
     streaming stores it is the op's own spec but for ``per_thread`` (same cache entry when equal)."""
-    nbytes = kvcache.row_bytes(dtype, row_shape, "k_cache")
+    nbytes = row_bytes(dtype, row_shape, "k_cache")
     if not stream:
-        return kvcache.row_spec("store_cache", "kvcache/store_kv.cuh", dtype.itemsize, nbytes, per_thread, backend)
+        return row_spec("store_cache", "kvcache/store_cache.cuh", dtype.itemsize, nbytes, per_thread, backend)
     pdl = backend != "emu" and is_arch_support_pdl()
     args = make_cpp_args(dtype.itemsize, nbytes, min(16, nbytes & -nbytes), per_thread, pdl, True)
-    return JitSpec.make("store_cache", *args, cuda_files=["kvcache/store_kv.cuh"],
+    return JitSpec.make("store_cache", *args, cuda_files=["kvcache/store_cache.cuh"],
                         cuda_wrappers=[("store_cache", f"store_cache<{args}>")], backend=backend)
 
 
@@ -116,7 +117,7 @@ def host_cost(dtype, row_shape) -> dict[str, float]:
     k, v = torch.randn(n, *row_shape, device="cuda").to(dtype), torch.randn(n, *row_shape, device="cuda").to(dtype)
     i64 = torch.randperm(pool, device="cuda")[:n]
     i32 = i64.to(torch.int32)
-    module_fn = kvcache._module(kc.dtype, kc.shape, True).store_cache
+    module_fn = store_cache_module(kc.dtype, kc.shape, True).store_cache
     return common.host_us({
         "kernkit ops.store_cache": lambda: ops.store_cache(kc, vc, i32, k, v),
         "module function of the same kernel": lambda: module_fn(kc, vc, i32, k, v),
@@ -139,7 +140,7 @@ def main() -> None:
     args = p.parse_args()
     dtype = common.DTYPES[args.dtype]
     row_shape = (args.heads, args.head_dim)
-    row_bytes = kvcache.row_bytes(dtype, row_shape, "k_cache")
+    nbytes = row_bytes(dtype, row_shape, "k_cache")
     gpu = torch.cuda.is_available()
     backend, device = (None, "cuda") if gpu else ("emu", "cpu")
     variants = {}
@@ -154,20 +155,20 @@ def main() -> None:
 
     ceiling = common.copy_bandwidth_tbs()
     print(f"device copy bandwidth: {ceiling:.3f} TB/s", flush=True)
-    rows, series = time_sizes(args, dtype, row_shape, row_bytes, ceiling, variants)
+    rows, series = time_sizes(args, dtype, row_shape, nbytes, ceiling, variants)
     host = host_cost(dtype, row_shape)
 
     columns = ["n", "calls/graph", "kernkit us", "kernkit TB/s", "% of copy", "torch us", "torch.compile us"]
     columns += [f"{name} us" for name in variants]
-    lines = common.header(f"store_cache, {args.heads} x {args.head_dim} {args.dtype} rows ({row_bytes} B)",
+    lines = common.header(f"store_cache, {args.heads} x {args.head_dim} {args.dtype} rows ({nbytes} B)",
                           common.command_line())
     lines += [f"Device copy bandwidth (bytes read + written): {ceiling:.3f} TB/s. Time per call inside a CUDA "
-              f"graph, median of 30 replays; bytes counted 4 x n x {row_bytes}.", ""]
+              f"graph, median of 30 replays; bytes counted 4 x n x {nbytes}.", ""]
     lines += common.markdown_table(columns, rows)
     lines += ["", "Host cost per call at n=64 (us, calls issued back to back, best of 7 interleaved rounds):", ""]
     lines += common.markdown_table(["what", "us/call"], [[name, us] for name, us in host.items()])
     common.write_report(args.out, "store_cache.md", lines)
-    common.plot_bandwidth(args.out / "store_cache.png", f"store_cache, {row_bytes} B rows",
+    common.plot_bandwidth(args.out / "store_cache.png", f"store_cache, {nbytes} B rows",
                           [r[0] for r in rows], series, ceiling)
 
 

@@ -18,7 +18,7 @@ import time
 import torch
 
 from kernkit.jit import cache
-from kernkit.ops import elementwise
+from kernkit.ops.scale import scale_spec
 
 
 def _timed(fn) -> float:
@@ -31,8 +31,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2000)
     rounds = parser.parse_args().rounds
-    build = elementwise.scale_spec(torch.float32, "emu").build().parent  # compiled once if needed
-    hit = lambda: elementwise.scale_spec(torch.float32, "emu").build()  # noqa: E731
+    build = scale_spec(torch.float32, "emu").build().parent  # compiled once if needed
+    hit = lambda: scale_spec(torch.float32, "emu").build()  # noqa: E731
     for _ in range(50):
         hit()
     for label, fn, unit, scale in (("build() hit", hit, "ms", 1e3),

@@ -20,7 +20,7 @@ NAME = "throwaway"
 #: The tutorial's files and where the throwaway op's copies go (docs/tutorial-add-a-kernel.md).
 FILES = {
     "kernkit/kernels/elementwise/scale.cuh": f"kernkit/kernels/elementwise/{NAME}.cuh",
-    "kernkit/ops/elementwise.py": f"kernkit/ops/{NAME}.py",
+    "kernkit/ops/scale.py": f"kernkit/ops/{NAME}.py",
     "tests/test_scale.py": f"tests/test_{NAME}.py",
     "benchmark/bench_scale.py": f"benchmark/bench_{NAME}.py",
 }

@@ -52,7 +52,7 @@ def test_compare_key(view):
 
 
 def test_store_cache(view):
-    mod = load_jit("store_cache", "2", "128", "16", "2", "false", "false", cuda_files=["kvcache/store_kv.cuh"],
+    mod = load_jit("store_cache", "2", "128", "16", "2", "false", "false", cuda_files=["kvcache/store_cache.cuh"],
                    cuda_wrappers=[("store_cache", "store_cache<2, 128, 16, 2, false, false>")], backend="emu")
     k_cache, v_cache = torch.zeros(9, 64, dtype=torch.bfloat16), torch.zeros(9, 64, dtype=torch.bfloat16)
     k, v = torch.randn(5, 64).bfloat16(), torch.randn(5, 64).bfloat16()

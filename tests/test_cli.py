@@ -289,7 +289,7 @@ def test_cache_list_counts_the_precompiled_headers_and_agrees_with_doctor(tmp_pa
 def test_cache_list_marks_a_sanitized_build(fresh_cache, capsys, monkeypatch):
     """A KERNKIT_EMU_SANITIZE build and a normal build of the same specialization are two lines
     that differ: the sanitized one names its sanitizers."""
-    from kernkit.ops.elementwise import scale_spec
+    from kernkit.ops.scale import scale_spec
 
     scale_spec(torch.float32, "emu").build()
     monkeypatch.setenv("KERNKIT_EMU_SANITIZE", "1")
@@ -337,7 +337,7 @@ def test_warmup_builds_then_finds_in_cache(fresh_cache, capsys):
     assert cli.main(["cache"]) == 0
     assert "scale<fp32_t, false>  emu" in capsys.readouterr().out
 
-    from kernkit.ops.elementwise import scale_spec
+    from kernkit.ops.scale import scale_spec
 
     os.environ["KERNKIT_JIT"] = "off"
     try:
@@ -360,7 +360,7 @@ def test_warmup_list(capsys):
     rc, out, _ = warmup(capsys, "scale", "--dtype", "bf16", "fp16", "--backend", "emu", "--list")
     assert rc == 0 and out.splitlines() == ["scale<bf16_t, false>  [emu]", "scale<fp16_t, false>  [emu]"]
     rc, out, _ = warmup(capsys, "kernkit::scale", "compare_key", "--dtype", "torch.bfloat16", "--list")
-    assert rc == 0 and out.splitlines() == ["scale<bf16_t, true>  [nvcc sm_90a]", "compare_key  [c++]"]
+    assert rc == 0 and out.splitlines() == ["compare_key  [c++]", "scale<bf16_t, true>  [nvcc sm_90a]"]
     rc, out, _ = warmup(capsys, "store_cache", "--dtype", "bf16", "--set", "num_heads=8", "head_dim=128",
                         "--backend", "emu", "--list")
     assert rc == 0 and out.startswith("store_cache<") and out.endswith("  [emu]\n")

@@ -19,7 +19,8 @@ from kernkit import ops
 from kernkit.jit import FrozenCompileError, JitSpec, ToolchainError, manifest
 from kernkit.jit.backends import nvrtc
 from kernkit.jit.paths import KERNELS_DIR
-from kernkit.ops import elementwise
+from kernkit.ops.scale import _module as scale_module
+from kernkit.ops.scale import scale_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -129,10 +130,10 @@ def test_replay_builds_cuda_requests_for_each_arch_given(tmp_path, fresh_cache):
 @pytest.fixture
 def frozen(monkeypatch, empty_cache):
     """scale's module factory with nothing loaded, in a fresh cache; the freeze lifted after."""
-    monkeypatch.setattr(elementwise._module, "cache", {})
+    monkeypatch.setattr(scale_module, "cache", {})
     monkeypatch.setenv("KERNKIT_FREEZE", "off")  # restored (unset) after the test
     yield lambda mode: monkeypatch.setenv("KERNKIT_FREEZE", mode)
-    elementwise._module.cache_clear()
+    scale_module.cache_clear()
 
 
 def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(frozen, fresh_cache):
@@ -141,11 +142,11 @@ def test_a_compile_after_freeze_raises_naming_the_specialization_and_the_call(fr
         ops.scale(torch.ones(4, dtype=torch.float16), 2.0)
     message = str(info.value)
     assert "scale<fp16_t, false> (emu)" in message
-    assert "asked for by kernkit.ops.elementwise._module(torch.float16, False)" in message
+    assert "asked for by kernkit.ops.scale._module(torch.float16, False)" in message
     assert not list((fresh_cache / "v2").glob("scale/*/*/lib.so"))
     frozen("off")
     ops.scale(torch.ones(4, dtype=torch.float16), 2.0)  # built now
-    elementwise._module.cache_clear()
+    scale_module.cache_clear()
     frozen("error")
     # cached: loads
     assert torch.equal(ops.scale(torch.ones(4, dtype=torch.float16), 2.0), torch.full((4,), 2.0).half())
@@ -160,7 +161,7 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, empt
     assert torch.equal(ops.scale(torch.ones(4), 3.0), torch.full((4,), 3.0))
     lines = {label: value for label, value, _ in doctor.report()}
     assert lines["frozen compiles"].startswith("1, the last scale<fp32_t, false> (emu), asked for by "
-                                               "kernkit.ops.elementwise._module(torch.float32, False)")
+                                               "kernkit.ops.scale._module(torch.float32, False)")
     assert "KERNKIT_FREEZE=warn" in lines["JIT"]
     with pytest.raises(ValueError, match="mode must be"):
         freeze("later")
@@ -183,7 +184,7 @@ def test_a_compile_after_a_warning_freeze_runs_and_doctor_counts_it(frozen, empt
 
 def _scale_build(cache_dir: Path, monkeypatch) -> Path:
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(cache_dir))
-    return elementwise.scale_spec(torch.float32, "emu").build().parent
+    return scale_spec(torch.float32, "emu").build().parent
 
 
 def _rewrite(archive: Path, out: Path, change) -> None:
@@ -226,15 +227,15 @@ def test_a_server_whose_default_is_the_other_cuda_backend_loads_the_shipped_buil
         pytest.skip("the nvrtc extra (pip install 'kernkit[nvrtc]') is not installed")
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setenv("KERNKIT_CUDA_ARCH", "9.0")
-    shipped = elementwise.scale_spec(torch.float32, "nvrtc").build()
-    server = elementwise.scale_spec(torch.float32, "nvcc")
+    shipped = scale_spec(torch.float32, "nvrtc").build()
+    server = scale_spec(torch.float32, "nvcc")
     monkeypatch.setenv("KERNKIT_FREEZE", "error")
     assert server.build() == shipped
     monkeypatch.setenv("KERNKIT_FREEZE", "off")
     monkeypatch.setenv("CUDA_HOME", "/nonexistent")
     monkeypatch.setenv("PATH", "/nonexistent")
     assert server.build() == shipped
-    other = elementwise.scale_spec(torch.float16, "nvcc")  # nothing shipped: the missing compiler is named
+    other = scale_spec(torch.float16, "nvcc")  # nothing shipped: the missing compiler is named
     with pytest.raises(ToolchainError, match="scale<fp16_t, true> \\(nvcc, sm_90a\\)"):
         other.build()
 
@@ -243,7 +244,7 @@ def test_a_frozen_process_loads_a_build_of_other_compilers(tmp_path, monkeypatch
     """A build whose compilers changed since (an upgraded toolchain) is loaded while frozen
     rather than refused: loading what is cached stays allowed."""
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
-    spec = elementwise.scale_spec(torch.float32, "emu")
+    spec = scale_spec(torch.float32, "emu")
     built = spec.build()
     meta_path = built.parent / "meta.json"
     meta = json.loads(meta_path.read_text())
@@ -276,7 +277,7 @@ def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch
     deps = json.loads(next((tmp_path / "b").glob("v2/scale/*/*/meta.json")).read_text())["deps"]
     assert all(str(PACKAGE_ROOT) in d[0] for d in deps)
     monkeypatch.setenv("KERNKIT_FREEZE", "error")  # loads with this machine's compilers present: no rebuild
-    assert elementwise.scale_spec(torch.float32, "emu").build().parent.parent.parent.parent.parent == tmp_path / "b"
+    assert scale_spec(torch.float32, "emu").build().parent.parent.parent.parent.parent == tmp_path / "b"
 
 
 @pytest.mark.parametrize("damage", ["truncated", "altered", "other arch", "other kernkit", "foreign header"])
@@ -348,7 +349,7 @@ def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
 def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatch, fresh_cache):
     from kernkit.cli import cache as tool
 
-    spec = elementwise.scale_spec(torch.float16, "emu")
+    spec = scale_spec(torch.float16, "emu")
     record = tmp_path / "m.json"
     record.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [manifest.request(spec)]}))
     with pytest.raises(tool.ArchiveError, match=r"scale<fp16_t, false> \(emu\) .* is not built"):
@@ -369,7 +370,7 @@ def test_a_shared_read_only_cache_is_searched_first(tmp_path, monkeypatch):
         monkeypatch.setenv("KERNKIT_CACHE_SHARED", f"{tmp_path / 'missing'}{os.pathsep}{shared}")
         monkeypatch.setenv("KERNKIT_FREEZE", "error")
         with pytest.warns(RuntimeWarning, match="KERNKIT_CACHE_SHARED names .*missing'"):
-            assert elementwise.scale_spec(torch.float32, "emu").build().parent == lib
+            assert scale_spec(torch.float32, "emu").build().parent == lib
         assert not (tmp_path / "local").exists()
     finally:
         for path in [shared, *shared.rglob("*")]:
@@ -381,7 +382,7 @@ def test_prune_keeps_the_newest_builds_of_each_kernel(tmp_path, monkeypatch):
 
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        elementwise.scale_spec(dtype, "emu").build()
+        scale_spec(dtype, "emu").build()
     titles = lambda: sorted(m["title"] for _, m in tool.published())  # noqa: E731
     assert len(titles()) == 3
     assert tool.prune(before=0) == (0, [])

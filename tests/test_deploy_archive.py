@@ -21,7 +21,8 @@ from kernkit.cli import cache as tool
 from kernkit.cli import cli
 from kernkit.jit import JitDisabledError, JitSpec, cache
 from kernkit.jit.paths import KERNELS_DIR
-from kernkit.ops import activation, elementwise
+from kernkit.ops.act_and_mul import act_and_mul_spec
+from kernkit.ops.scale import scale_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -63,7 +64,7 @@ def shipped(tmp_path, monkeypatch):
     """An archive of ``scale<fp32_t, false>`` (emu) exported from cache ``a``; the test then runs
     in cache ``b``. Yields (archive, the build's directory relative to the cache's v2)."""
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
-    build = elementwise.scale_spec(torch.float32, "emu").build().parent
+    build = scale_spec(torch.float32, "emu").build().parent
     archive = tmp_path / "x.tar.gz"
     assert tool.export_builds(archive) == 1
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
@@ -138,7 +139,7 @@ def test_a_library_placed_under_a_shipped_ops_key_is_refused_and_never_runs(tmp_
     assert mark.exists()
     mark.unlink()
     tool.export_builds(tmp_path / "x.tar.gz")
-    shipped = elementwise.scale_spec(torch.float32, "emu")
+    shipped = scale_spec(torch.float32, "emu")
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
     target = f"{shipped.key_dir.relative_to(cache.root()).as_posix()}/{build.name}"
     edit = None if record == "as built" else (lambda meta: meta.update(key=shipped.key))
@@ -155,7 +156,7 @@ def test_a_library_placed_under_a_shipped_ops_key_is_refused_and_never_runs(tmp_
 
 def test_expect_sha256_imports_only_the_archive_export_printed(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
-    elementwise.scale_spec(torch.float32, "emu").build()
+    scale_spec(torch.float32, "emu").build()
     archive = tmp_path / "x.tar.gz"
     assert cli.main(["cache", "export", str(archive)]) == 0
     printed = capsys.readouterr().out.split("SHA-256 ")[1].split()[0]
@@ -178,10 +179,10 @@ def test_a_genuine_build_placed_under_another_ops_key_is_refused(tmp_path, monke
     """``silu_and_mul<fp32>`` in ``gelu_and_mul<fp32>``'s directory made ``gelu_and_mul`` return
     SiLU."""
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
-    silu = activation.act_and_mul_spec("silu", torch.float32, "emu")
+    silu = act_and_mul_spec("silu", torch.float32, "emu")
     build = silu.build().parent
     tool.export_builds(tmp_path / "x.tar.gz")
-    gelu = activation.act_and_mul_spec("gelu", torch.float32, "emu")
+    gelu = act_and_mul_spec("gelu", torch.float32, "emu")
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
     target = f"{gelu.key_dir.relative_to(cache.root()).as_posix()}/{build.name}"
     edit = None if record == "as built" else (lambda meta: meta.update(key=gelu.key, title=gelu.title))
@@ -223,7 +224,7 @@ def test_a_load_and_the_cache_tools_pass_over_a_record_they_cannot_read(tmp_path
     every load of the op fail (``'<' not supported between 'str' and 'float'``), and ``cache
     list`` and ``prune`` crash."""
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
-    spec = elementwise.scale_spec(torch.float32, "emu")
+    spec = scale_spec(torch.float32, "emu")
     lib = spec.build()
     bad = lib.parent.with_name("0" * 12)
     shutil.copytree(lib.parent, bad)
@@ -243,7 +244,7 @@ def test_a_load_and_the_cache_tools_pass_over_a_record_they_cannot_read(tmp_path
 
 def test_an_index_dir_in_the_locks_cannot_block_builds(tmp_path, shipped, capsys):
     archive, _ = shipped
-    spec = elementwise.scale_spec(torch.float32, "emu")
+    spec = scale_spec(torch.float32, "emu")
     rc, _, err = _import(_moved(archive, tmp_path / "bad.tar.gz", f".locks/{spec.key[:16]}.lock/x"), capsys=capsys)
     assert rc == 2 and "is not a build directory" in err, err
     assert not (tmp_path / "b" / "v2" / ".locks" / f"{spec.key[:16]}.lock").is_dir()
@@ -254,9 +255,9 @@ def test_an_index_dir_in_the_locks_cannot_block_builds(tmp_path, shipped, capsys
 
 def test_the_cache_tools_name_a_damaged_entry_and_pass_it_over(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "c"))
-    good = elementwise.scale_spec(torch.float32, "emu").build().parent
-    no_record = elementwise.scale_spec(torch.float16, "emu").build().parent
-    no_lib = elementwise.scale_spec(torch.bfloat16, "emu").build().parent
+    good = scale_spec(torch.float32, "emu").build().parent
+    no_record = scale_spec(torch.float16, "emu").build().parent
+    no_lib = scale_spec(torch.bfloat16, "emu").build().parent
     (no_record / "meta.json").write_text("[1, 2]")
     (no_lib / cache.LIB_NAME).unlink()
     archive = tmp_path / "x.tar.gz"

@@ -18,7 +18,8 @@ import torch
 from kernkit import ops
 from kernkit.cli import replay
 from kernkit.jit import maker, manifest
-from kernkit.ops import elementwise
+from kernkit.ops.scale import _module as scale_module
+from kernkit.ops.scale import scale_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,9 +32,9 @@ def cli(*args: str, env: dict) -> subprocess.CompletedProcess:
 @pytest.fixture
 def scale_cold(monkeypatch, fresh_cache):
     """scale's module factory with nothing loaded, in a fresh cache; emptied again after."""
-    elementwise._module.cache_clear()
+    scale_module.cache_clear()
     yield fresh_cache
-    elementwise._module.cache_clear()
+    scale_module.cache_clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,7 +53,7 @@ def test_an_unknown_freeze_value_raises_at_the_first_load_and_never_means_off(sc
     label, problem = next((v, p) for name, v, p in doctor.report() if name == "JIT")
     assert problem and f"got '{value}'" in label
     monkeypatch.setenv("KERNKIT_FREEZE", "off")
-    elementwise.scale_spec(torch.float32, "emu").build()
+    scale_spec(torch.float32, "emu").build()
     monkeypatch.setenv("KERNKIT_FREEZE", value)  # built now: a load still raises, it does not load unfrozen
     with pytest.raises(ValueError, match="KERNKIT_FREEZE must be one of"):
         ops.scale(torch.ones(4), 2.0)
@@ -64,7 +65,7 @@ def test_an_unknown_freeze_value_raises_at_the_first_load_and_never_means_off(sc
 
 def _manifest(path: Path, **change) -> Path:
     """A manifest of scale<fp32_t, false> (emu) with the request's fields ``change``d."""
-    req = {**manifest.request(elementwise.scale_spec(torch.float32, "emu")), **change}
+    req = {**manifest.request(scale_spec(torch.float32, "emu")), **change}
     path.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [req]}))
     return path
 
@@ -150,7 +151,7 @@ def test_a_damaged_build_of_a_shared_cache_is_skipped_with_one_warning_and_left_
 
     shared, local = tmp_path / "shared", tmp_path / "local"
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(shared))
-    lib = elementwise.scale_spec(torch.float32, "emu").build()
+    lib = scale_spec(torch.float32, "emu").build()
     with open(lib, "ab") as f:
         f.write(b"\0")  # damaged: its size no longer matches its record
     before = _tree(shared)
@@ -160,14 +161,14 @@ def test_a_damaged_build_of_a_shared_cache_is_skipped_with_one_warning_and_left_
     monkeypatch.setenv("KERNKIT_FREEZE", "error")  # no local build yet: raise, naming both caches
     with pytest.warns(RuntimeWarning, match=r"skipping a damaged build of a read-only cache \(left as it is\)"):
         with pytest.raises(FrozenCompileError, match=rf"is not in the caches {shared / 'v2'}, {local / 'v2'}"):
-            elementwise.scale_spec(torch.float32, "emu").build()
+            scale_spec(torch.float32, "emu").build()
     monkeypatch.setenv("KERNKIT_FREEZE", "off")  # compiled locally
     import warnings
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        built = elementwise.scale_spec(torch.float32, "emu").build()
-        assert elementwise.scale_spec(torch.float32, "emu").build() == built
+        built = scale_spec(torch.float32, "emu").build()
+        assert scale_spec(torch.float32, "emu").build() == built
     assert not [w for w in seen if "damaged" in str(w.message)]  # warned once, in the first load
     assert local in built.parents
     assert _tree(shared) == before  # not one byte of the shared cache changed
@@ -186,7 +187,7 @@ def test_a_shared_cache_that_is_not_a_directory_is_warned_about_once(tmp_path, m
     monkeypatch.setenv("KERNKIT_JIT", "off")
     with pytest.warns(RuntimeWarning) as seen:
         with pytest.raises(JitDisabledError, match=rf"is not in the cache {fresh_cache / 'v2'};"):
-            elementwise.scale_spec(torch.float16, "emu").build()
+            scale_spec(torch.float16, "emu").build()
     messages = sorted(str(w.message) for w in seen if "KERNKIT_CACHE_SHARED" in str(w.message))
     assert messages == [f"kernkit: KERNKIT_CACHE_SHARED names {str(afile)!r}, which is not a directory; it is not "
                         "searched", f"kernkit: KERNKIT_CACHE_SHARED names {str(missing)!r}, which is missing; it is "
@@ -196,13 +197,13 @@ def test_a_shared_cache_that_is_not_a_directory_is_warned_about_once(tmp_path, m
     with warnings.catch_warnings(record=True) as again:
         warnings.simplefilter("always")
         with pytest.raises(JitDisabledError):
-            elementwise.scale_spec(torch.float16, "emu").build()
+            scale_spec(torch.float16, "emu").build()
     assert not [w for w in again if "KERNKIT_CACHE_SHARED" in str(w.message)]
     shared = tmp_path / "shared"
     shared.mkdir()
     monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
     with pytest.raises(JitDisabledError, match=rf"is not in the caches {shared / 'v2'}, {fresh_cache / 'v2'};"):
-        elementwise.scale_spec(torch.float16, "emu").build()
+        scale_spec(torch.float16, "emu").build()
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +268,7 @@ def three_builds(tmp_path_factory) -> Path:
         mp.setattr(maker, "_queued", [])
         mp.setattr(maker, "start", lambda: None)
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            elementwise.scale_spec(dtype, "emu").build()
+            scale_spec(dtype, "emu").build()
     return top
 
 

@@ -35,9 +35,9 @@ PLANTED = JitSpec.make(
 BUILD = _PLANTED_REQUEST + """
 import torch
 from concurrent.futures import ThreadPoolExecutor
-from kernkit.ops.embedding import indexing_spec
-from kernkit.ops.kvcache import store_spec
-specs = [store_spec(torch.bfloat16, (1, 576), "emu"), indexing_spec(torch.bfloat16, 576, "emu"), PLANTED]
+from kernkit.ops.indexing import indexing_spec
+from kernkit.ops.store_cache import store_cache_spec
+specs = [store_cache_spec(torch.bfloat16, (1, 576), "emu"), indexing_spec(torch.bfloat16, 576, "emu"), PLANTED]
 with ThreadPoolExecutor(len(specs)) as pool:
     print([p.name for p in pool.map(lambda s: s.build(), specs)])
 """

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernkit import ops
-from kernkit.ops.embedding import indexing_spec
+from kernkit.ops.indexing import indexing_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
 from kernkit.testing.invalid import (

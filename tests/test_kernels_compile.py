@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kernkit.jit import JitSpec
-from kernkit.ops.embedding import indexing_spec
-from kernkit.ops.kvcache import store_spec
+from kernkit.ops.indexing import indexing_spec
+from kernkit.ops.store_cache import store_cache_spec
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def sm90(monkeypatch):
 
 
 def test_model_specializations_build_and_load():
-    specs = [store_spec(torch.bfloat16, (8, 128)), indexing_spec(torch.bfloat16, 1024)]
+    specs = [store_cache_spec(torch.bfloat16, (8, 128)), indexing_spec(torch.bfloat16, 1024)]
     assert [s.template_args[4] for s in specs] == ["true", "true"]  # sm_90 launches with PDL
     assert all(s.backend == "nvcc" and s.arch.sm == "90a" for s in specs)
     for spec in specs:
@@ -38,7 +38,7 @@ def test_unusual_instantiations_build():
         ("index_odd", "indexing<1, 7, 1, 4, true>"),
         ("index_fp32", "indexing<4, 4096, 16, 4, false>"),
     ]
-    spec = JitSpec.make("row_kernels_compile_check", cuda_files=["kvcache/store_kv.cuh", "embedding/indexing.cuh"],
+    spec = JitSpec.make("row_kernels_compile_check", cuda_files=["kvcache/store_cache.cuh", "embedding/indexing.cuh"],
                         cuda_wrappers=wrappers)
     module = spec.build_and_load()
     for name, _ in wrappers:

@@ -96,10 +96,10 @@ BUILD = """
 import json, sys
 import torch
 from kernkit.jit import JitSpec, load_jit
-from kernkit.ops.kvcache import store_spec
-from kernkit.ops.elementwise import scale_spec
-from kernkit.ops.embedding import indexing_spec
-specs = [store_spec(torch.bfloat16, (8, 128), "nvrtc"), scale_spec(torch.float16, "nvrtc"),
+from kernkit.ops.store_cache import store_cache_spec
+from kernkit.ops.scale import scale_spec
+from kernkit.ops.indexing import indexing_spec
+specs = [store_cache_spec(torch.bfloat16, (8, 128), "nvrtc"), scale_spec(torch.float16, "nvrtc"),
          indexing_spec(torch.float32, 100, "nvrtc")]
 out = [str(s.build()) for s in specs]
 user = dict(cuda_files=[sys.argv[1]], cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="nvrtc")
@@ -285,7 +285,7 @@ def test_the_precompiled_headers_are_made_after_the_build_that_asks_for_them(emp
 
     from kernkit.jit.backends import nvrtc
     from kernkit.jit.backends.base import find_cxx
-    from kernkit.ops.elementwise import scale_spec
+    from kernkit.ops.scale import scale_spec
 
     flags = nvrtc._host_flags(find_cxx(), ())
     first = scale_spec(torch.float32, "nvrtc").build()

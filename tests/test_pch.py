@@ -96,7 +96,7 @@ def test_a_maker_does_nothing_while_another_holds_the_lock(empty_cache, no_maker
 def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(empty_cache, no_makers):
     """While the header is being made (its lock held, no .gch) an emulator build compiles without
     it; a damaged .gch in its place is parsed around: the results stay right."""
-    from kernkit.ops.elementwise import scale_spec
+    from kernkit.ops.scale import scale_spec
 
     x = torch.arange(8, dtype=torch.float32)
     lib = scale_spec(torch.float32, "emu").build_and_load()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernkit.jit import maker, prebuilt
-from kernkit.ops.elementwise import scale_spec
+from kernkit.ops.scale import scale_spec
 
 #: ``kernkit::host::TensorMatcher::verify(tvm::ffi::TensorView const&, char const*) const``
 VERIFY = b"_ZNK7kernkit4host13TensorMatcher6verifyERKN3tvm3ffi10TensorViewEPKc"

@@ -23,8 +23,8 @@ from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
 from kernkit.testing.invalid import SHARED, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit
 from kernkit.testing.oracle import op_tests
 
-norm = op_tests("norm")
-rope = op_tests("rope")
+norm = op_tests("rmsnorm")
+rope = op_tests("rotary_embedding")
 
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kernkit import ops
-from kernkit.ops.kvcache import store_spec
+from kernkit.ops.store_cache import store_cache_spec
 from kernkit.testing import oracle
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
 from kernkit.testing.invalid import (
@@ -182,9 +182,9 @@ def test_unsupported_dtype():
 
 def test_one_specialization_per_element_size_and_row_bytes():
     """fp16 and bf16 rows of the same size share a build: the kernel moves bytes."""
-    specs = {store_spec(d, (8, 128), "emu") for d in (torch.bfloat16, torch.float16, torch.int16)}
+    specs = {store_cache_spec(d, (8, 128), "emu") for d in (torch.bfloat16, torch.float16, torch.int16)}
     assert [s.title for s in specs] == ["store_cache<2, 2048, 16, 2, false>"]
-    assert store_spec(torch.float8_e4m3fn, (8, 128), "emu").title == "store_cache<1, 1024, 16, 2, false>"
+    assert store_cache_spec(torch.float8_e4m3fn, (8, 128), "emu").title == "store_cache<1, 1024, 16, 2, false>"
 
 
 # ----- the kernel-hash cases (python -m kernkit.testing.hashes)
@@ -249,7 +249,7 @@ def store_case(dtype: torch.dtype, row: tuple[int, ...], n: int, index_dtype: to
         ops.store_cache(*caches(dev), to_device(idx, device), k_d, v_d)
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
 
-    return Case(name, "kvcache/store_kv.cuh", run)
+    return Case(name, "kvcache/store_cache.cuh", run)
 
 
 def hash_cases() -> list[Case]:

@@ -14,8 +14,12 @@ import torch
 
 from kernkit import ops
 from kernkit.jit import CaptureCompileError, JitDisabledError, ToolchainError
-from kernkit.ops import elementwise, embedding, kvcache, radix
-from kernkit.ops.kvcache import store_spec
+from kernkit.ops.compare_key import _module as compare_key_module
+from kernkit.ops.indexing import _module as indexing_module
+from kernkit.ops.scale import _module as scale_module
+from kernkit.ops.scale import scale_spec
+from kernkit.ops.store_cache import _module as store_cache_module
+from kernkit.ops.store_cache import store_cache_spec
 from kernkit.testing.oracle import op_tests, rand_bits, same_bytes
 
 compare_key = op_tests("compare_key")
@@ -401,7 +405,7 @@ def test_ops_work_in_forked_children(how):
 # --- no kernel here: an error that says what to do, never a silent fallback ------------------
 
 
-FACTORIES = (kvcache._module, embedding._module, elementwise._module, radix._module)
+FACTORIES = (store_cache_module, indexing_module, scale_module, compare_key_module)
 
 
 @pytest.fixture
@@ -458,7 +462,7 @@ def _register_user_op(qualname: str) -> None:
         return ops.scale(x, 1.0)
 
     ops.register_op(qualname, fake=lambda x: torch.empty_like(x),
-                    specializations=lambda backend=None: [elementwise.scale_spec(torch.float32, backend)])(user_op)
+                    specializations=lambda backend=None: [scale_spec(torch.float32, backend)])(user_op)
 
 
 def test_available_on_cpu_means_the_emulator(monkeypatch):
@@ -500,7 +504,7 @@ def capturing(monkeypatch):
 
 def test_cold_key_during_capture_raises_before_compiling(cold, monkeypatch, capturing):
     monkeypatch.setenv("KERNKIT_JIT", "off")  # the capture error comes first
-    spec = store_spec(torch.float16, (29,), "emu")
+    spec = store_cache_spec(torch.float16, (29,), "emu")
     with pytest.raises(CaptureCompileError,
                        match=r"store_cache<2, 58, .*capturing a graph.*python -m kernkit.jit warmup"):
         spec.build_and_load()
@@ -511,7 +515,7 @@ def test_cold_key_during_capture_raises_before_compiling(cold, monkeypatch, capt
 
 
 def test_a_published_build_loads_during_capture(monkeypatch):
-    spec = store_spec(torch.float16, (256,), "emu")
+    spec = store_cache_spec(torch.float16, (256,), "emu")
     spec.build()  # published on disk, not loaded
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)

@@ -39,7 +39,7 @@ def block(kind: str, name: str) -> str:
 def test_blocks_are_the_repository_files():
     blocks = marked_blocks()
     files = {name for kind, name, _ in blocks if kind == "file"}
-    assert {"kernkit/kernels/elementwise/scale.cuh", "kernkit/ops/elementwise.py"} <= files
+    assert {"kernkit/kernels/elementwise/scale.cuh", "kernkit/ops/scale.py"} <= files
     for kind, name, text in blocks:
         if kind == "example":
             continue

@@ -38,9 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from kernkit import ops
-from kernkit.ops.elementwise import scale_spec
-from kernkit.ops.embedding import indexing_spec
-from kernkit.ops.kvcache import store_spec
+from kernkit.ops.indexing import indexing_spec
+from kernkit.ops.scale import scale_spec
+from kernkit.ops.store_cache import store_cache_spec
 from kernkit.testing.oracle import op_tests
 
 indexing = op_tests("indexing")
@@ -80,7 +80,7 @@ def requests(backend: str | None, names: list[str]) -> list:
     def wanted(tag: str) -> bool:
         return any(name.startswith(tag + "-") for name in names)
 
-    out = [store_spec(d, (heads, head_dim), backend) for d, heads, head_dim in STORE_ROWS
+    out = [store_cache_spec(d, (heads, head_dim), backend) for d, heads, head_dim in STORE_ROWS
            if wanted(store_tag(d, heads, head_dim))]
     out += [indexing_spec(d, hidden, backend) for d, hidden in INDEXING_ROWS if wanted(indexing_tag(d, hidden))]
     out += [scale_spec(d, backend) for d in SCALE_DTYPES if wanted(scale_tag(d))]

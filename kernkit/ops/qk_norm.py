@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
-from .norm import as_flag, check_cast_flag
+from ._flags import as_flag, check_cast_flag
 from .registry import register_op
 
 #: The dtypes ``qk_norm`` is specialized for.

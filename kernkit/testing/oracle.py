@@ -40,7 +40,7 @@ def load(path: str | Path) -> ModuleType:
     Parameters
     ----------
     path
-        A test module, e.g. ``tests/test_rope.py``.
+        A test module, e.g. ``tests/test_rotary_embedding.py``.
 
     Returns
     -------
@@ -77,7 +77,7 @@ def op_tests(name: str) -> ModuleType:
     -------
     .. code-block:: python
 
-        rope = op_tests("rope")
+        rope = op_tests("rotary_embedding")
         rope.ref_rotary_embedding(positions, q, k, cos_sin_cache, is_neox=True)
     """
     return load(tests_dir() / f"test_{name}.py")
@@ -125,7 +125,7 @@ def fma32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 def rsqrt32(v: torch.Tensor) -> torch.Tensor:
     """``1 / sqrt(v)`` of an fp32 tensor correctly rounded to fp32, as ``__frsqrt_rn``: the
-    float64 root and division, rounded to fp32 (correct for every fp32 input; test_norm.py checks
+    float64 root and division, rounded to fp32 (correct for every fp32 input; test_rmsnorm.py checks
     every input of [1, 4), to which scaling by powers of 4 reduces the others)."""
     return (1.0 / torch.sqrt(v.double())).float()
 

@@ -112,12 +112,12 @@ def _ids(vocab: int, world: int, n_random: int, seed: int):
 def expected_requests(dtype, hidden: int, heads_local: int, head_dim: int, device_type: str) -> list[str]:
     """Titles of the specializations the two ops ask for (through the spec builders the ops
     themselves use). The cold-cache check counts whatever was compiled."""
-    from kernkit.ops.embedding import indexing_spec
-    from kernkit.ops.kvcache import store_spec
+    from kernkit.ops.indexing import indexing_spec
+    from kernkit.ops.store_cache import store_cache_spec
 
     backend = None if device_type == "cuda" else "emu"
     return sorted({indexing_spec(dtype, hidden, backend).title,
-                   store_spec(dtype, (heads_local, head_dim), backend).title})
+                   store_cache_spec(dtype, (heads_local, head_dim), backend).title})
 
 
 def run_rank(rank: int, world: int, opts: argparse.Namespace) -> dict:

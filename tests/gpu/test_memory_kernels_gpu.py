@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kernkit import ops
-from kernkit.ops.embedding import indexing_spec
-from kernkit.ops.kvcache import store_spec
+from kernkit.ops.indexing import indexing_spec
+from kernkit.ops.store_cache import store_cache_spec
 from kernkit.testing.oracle import op_tests
 
 indexing = op_tests("indexing")
@@ -40,7 +40,7 @@ def prebuild():
     """Compile every specialization up front, in parallel (each nvcc run is a process)."""
     reqs = set()
     for d, r in CASES:
-        reqs.add(store_spec(d, r))
+        reqs.add(store_cache_spec(d, r))
         reqs.add(indexing_spec(d, int(torch.tensor(r).prod())))
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda r: r.build(), reqs))

@@ -13,7 +13,7 @@ from kernkit.ops import qk_norm
 from kernkit.ops.qk_norm import QK_NORM_HEAD_DIMS, qk_norm_spec
 from kernkit.testing.oracle import op_tests
 
-norm = op_tests("norm")
+norm = op_tests("rmsnorm")
 qk = op_tests("qk_norm")
 
 

@@ -9,7 +9,7 @@ import torch
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import scale
-from kernkit.ops.elementwise import scale_spec
+from kernkit.ops.scale import scale_spec
 from kernkit.testing.oracle import op_tests
 
 ref_scale = op_tests("scale").ref_scale

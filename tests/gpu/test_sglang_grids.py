@@ -1,5 +1,5 @@
 """The shapes of sglang's own jit_kernel tests (sglang 0.5.10.post1, ``tests/test_rmsnorm.py``,
-``tests/test_rope.py``, ``tests/test_qknorm.py`` and ``tests/test_per_token_group_quant_8bit.py``)
+``tests/test_rotary_embedding.py``, ``tests/test_qknorm.py`` and ``tests/test_per_token_group_quant_8bit.py``)
 with kernkit as the subject, against a float32 torch reference at
 sglang's tolerances: what a user moving from sglang's kernels to kernkit's would run first. The
 grids are sglang's (its CI batch sizes, every hidden size it tests); sglang itself is not
@@ -63,7 +63,7 @@ def rope_reference(q, k, cache, positions, is_neox):
 @pytest.mark.parametrize("is_neox", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_rope_grid(tokens, heads, is_neox, dtype):
-    """sglang's ``test_rope`` shapes: 3-d q/k of head_dim 128, an fp32 cache, int64 positions."""
+    """sglang's ``test_rotary_embedding`` shapes: 3-d q/k of head_dim 128, an fp32 cache, int64 positions."""
     inv = 1.0 / (10000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32, device="cuda") / 128))
     ang = torch.arange(8192, dtype=torch.float32, device="cuda")[:, None] * inv
     cache = torch.cat([ang.cos(), ang.sin()], -1)

@@ -176,11 +176,11 @@ def test_cold_specialization_during_capture_raises_a_clear_error(tmp_path, monke
 def test_published_build_loads_during_capture(tmp_path, monkeypatch):
     """Built on disk ahead of time (as `python -m kernkit.jit warmup` does) but never loaded in
     this process: the first call inside a capture loads it and the replay is right."""
-    from kernkit.ops.kvcache import store_spec
+    from kernkit.ops.store_cache import store_cache_spec
 
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "cache"))
     row = 2 * 1000 + 10  # 2010-byte rows: not loaded anywhere else
-    store_spec(torch.float16, (row // 2,)).build()
+    store_cache_spec(torch.float16, (row // 2,)).build()
     kc = torch.zeros(64, row // 2, device="cuda", dtype=torch.float16)
     vc = torch.zeros_like(kc)
     k = torch.randn(4, row // 2, device="cuda").half()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once
-from .kvcache import row_bytes, row_spec
+from ._rows import row_bytes, row_spec
 from .registry import register_op
 
 #: Vectors a thread keeps in flight (``device::rows::RowLayout``): on an H200, 2 was faster than

@@ -4,7 +4,7 @@ reference of the two), over neox and gpt-j, partial rotary, 2-d and 3-d q/k/v an
 of a fused QKV tensor, strided cache rows, misaligned views, out-of-range positions and cache
 rows, and every launch shape; then the errors and the custom op.
 
-Four specializations are built, those of ``test_rope.py``: bf16/rot 128/neox, fp16/rot
+Four specializations are built, those of ``test_rotary_embedding.py``: bf16/rot 128/neox, fp16/rot
 64/gpt-j, fp32/rot 32/gpt-j (head_dim 64: partial) and fp16/rot 6/neox (head_dim 10: the scalar
 variant only)."""
 
@@ -32,7 +32,7 @@ from kernkit.testing.invalid import (
 )
 from kernkit.testing.oracle import op_tests
 
-rope = op_tests("rope")
+rope = op_tests("rotary_embedding")
 store = op_tests("store_cache")
 
 
@@ -268,7 +268,7 @@ def rope_store_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bo
                                    to_device(loc, device), is_neox, head_dim=head_dim)
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
 
-    return Case(name, "rope/rope_store.cuh", run)
+    return Case(name, "rope/rotary_embedding_store.cuh", run)
 
 
 def hash_cases() -> list[Case]:

@@ -3,7 +3,7 @@ rotation, eager and under torch.compile: CUDA-graph time per call and achieved b
 heads of Llama-3-8B (32 q heads, 8 kv heads, head_dim 128) and Qwen3 (64 q heads, 8 kv heads,
 head_dim 128), full rotary, neox pairing, 1 to 16384 tokens.
 
-    python benchmark/bench_rope.py --out DIR [--dtype bf16] [--tokens 1,16,64] [--cache-dtype fp32]
+    python benchmark/bench_rotary_embedding.py --out DIR [--dtype bf16] [--tokens 1,16,64] [--cache-dtype fp32]
 
 Bytes counted per call, each once: the rotated part of q and k read and written, the positions
 read and one cache row per token read. Inputs (q, k, positions) are rotated over enough buffers
@@ -53,7 +53,7 @@ def make_cache(rot_dim: int, dtype: torch.dtype, device: str) -> torch.Tensor:
 def check(device: str, dtype: torch.dtype, cache_dtype: torch.dtype) -> None:
     """``rotary_embedding`` against the reference of ``kernkit/testing/oracle.py`` and against
     ``torch_rope`` on fresh random inputs of each model's heads; exits on a mismatch."""
-    ref = op_tests("rope")
+    ref = op_tests("rotary_embedding")
     for name, (hq, hk, d) in MODELS.items():
         cache = make_cache(d, cache_dtype, device)
         for tokens in (1, 7, 33):

@@ -2,7 +2,7 @@
 torch function run eagerly and through torch.compile: CUDA-graph time per call and achieved
 bandwidth, for hidden sizes 4096 (Llama-3-8B) and 5120 (Qwen) and 1 to 16384 tokens.
 
-    python benchmark/bench_norm.py --out DIR [--dtype bf16] [--hiddens 4096,5120] [--tokens 1,16,...]
+    python benchmark/bench_rmsnorm.py --out DIR [--dtype bf16] [--hiddens 4096,5120] [--tokens 1,16,...]
 
 Bytes counted per call, each once: rmsnorm reads x and weight and writes out
 (2 x tokens x hidden + hidden elements); fused_add_rmsnorm reads x, residual and weight and
@@ -49,7 +49,7 @@ def _fail(what: str) -> None:
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """Both ops against the references on fresh random inputs of a few shapes, into poisoned
     outputs; exits on a mismatch."""
-    ref = op_tests("norm")
+    ref = op_tests("rmsnorm")
     for hidden in hiddens:
         for lead in ((1,), (37,), (3, 5)):
             x = torch.randn(*lead, hidden).mul(3).to(dtype)

@@ -12,10 +12,10 @@ import torch
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding  # noqa: E402
-from kernkit.ops.rope import rope_spec  # noqa: E402
+from kernkit.ops.rotary_embedding import rotary_embedding_spec  # noqa: E402
 from kernkit.testing.oracle import op_tests
 
-rope = op_tests("rope")
+rope = op_tests("rotary_embedding")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -29,7 +29,7 @@ MAX_POS = 8192
 def rope_with_pdl(dtype: torch.dtype, rot_dim: int, is_neox: bool, use_pdl: bool) -> JitSpec:
     """The specialization with PDL on or off, whatever the GPU would pick."""
     args = make_cpp_args(dtype, rot_dim, is_neox, use_pdl)
-    return JitSpec.make("rotary_embedding", *args, cuda_files=["rope/rotary.cuh"],
+    return JitSpec.make("rotary_embedding", *args, cuda_files=["rope/rotary_embedding.cuh"],
                         cuda_wrappers=[("rotary_embedding", f"rotary_embedding<{args}>")])
 
 
@@ -75,7 +75,7 @@ def prebuild():
     """Compile the specializations up front, in parallel (each nvcc run is its own process)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    reqs = [rope_spec(d, r, neox) for d in DTYPES for _, r, neox in SHAPES]
+    reqs = [rotary_embedding_spec(d, r, neox) for d in DTYPES for _, r, neox in SHAPES]
     reqs += [rope_with_pdl(torch.bfloat16, 128, True, False)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda r: r.build(), reqs))

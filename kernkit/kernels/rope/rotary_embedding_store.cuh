@@ -1,4 +1,4 @@
-/// \file rope_store.cuh
+/// \file rotary_embedding_store.cuh
 /// \brief `rotary_embedding_store<T, kRotDim, kIsNeox, kUsePDL>`: rotary position embedding of q
 /// and k in place (`rotary_embedding`), and the rotated k and the v of each token written to
 /// row `out_loc[token]` of the K and V caches (`store_cache`), in one launch.
@@ -11,7 +11,7 @@
 /// decode step takes one launch instead of two.
 #pragma once
 
-#include <rope/rotary.cuh>  // RotaryParams, device::rope::Item, host::rope::with_layout, launch_items
+#include <rope/rotary_embedding.cuh>  // RotaryParams, device::rope::Item, host::rope::with_layout, launch_items
 
 #include <kernkit/rows.cuh>  // device::rows::load_index, rows::verify_heads, rows::verify_rows
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDType, check_no_overlap, data_ptr

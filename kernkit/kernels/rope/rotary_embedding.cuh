@@ -1,4 +1,4 @@
-/// \file rotary.cuh
+/// \file rotary_embedding.cuh
 /// \brief `rotary_embedding<T, kRotDim, kIsNeox, kUsePDL>`: rotary position embedding of q and k,
 /// in place, with the neox or the gpt-j pairing and partial rotary (`kRotDim <= head_dim`).
 ///

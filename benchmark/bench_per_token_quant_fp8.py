@@ -3,7 +3,8 @@ eager and through torch.compile: CUDA-graph time per call and achieved bandwidth
 sizes 4096 and 5120 (Llama-3-8B's and Qwen's widths) and 14336 (Llama-3-8B's MLP width), from
 1 to 16384 tokens.
 
-    python benchmark/bench_quant.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336] [--tokens 1,16,...]
+    python benchmark/bench_per_token_quant_fp8.py --out DIR [--dtype bf16] [--hidden 4096,5120,14336]
+                                                  [--tokens 1,16,...]
 
 Bytes counted per call: the input read once, the fp8 output and the fp32 scales written once
 (tokens x (hidden x (element size + 1) + 4)). Inputs are rotated over enough buffers that each
@@ -34,7 +35,7 @@ HIDDEN = (4096, 5120, 14336)
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """``per_token_quant_fp8`` against the reference on fresh random rows of a few shapes (a
     zero row included), into poisoned outputs; exits on a mismatch."""
-    ref = op_tests("quant")
+    ref = op_tests("per_token_quant_fp8")
     for hidden in hiddens:
         for shape in ((1, hidden), (5, hidden), (2, 3, hidden)):
             x = torch.randn(shape, device=device).to(dtype)
@@ -49,7 +50,7 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
 
 def time_shapes(args, dtype, ceiling) -> tuple[list, dict]:
     """Rows of the report and, per hidden size, the TB/s series of each method."""
-    ref = op_tests("quant")
+    ref = op_tests("per_token_quant_fp8")
     eager = ref.ref_per_token_quant_fp8
     compiled = torch.compile(ref.ref_per_token_quant_fp8, dynamic=False)
     rows, series = [], {}

@@ -39,7 +39,7 @@ def per_token_group_quant_fp8_spec(dtype: torch.dtype, group_size: int, column_m
         raise ValueError(f"'group_size': expected one of {', '.join(map(str, GROUP_SIZES))}, got {group_size!r}")
     args = make_cpp_args(dtype, group_size, column_major_scales, scale_ue8m0,
                          backend != "emu" and is_arch_support_pdl())
-    return JitSpec.make("per_token_group_quant_fp8", *args, cuda_files=["quant/per_token_group_fp8.cuh"],
+    return JitSpec.make("per_token_group_quant_fp8", *args, cuda_files=["quant/per_token_group_quant_fp8.cuh"],
                         cuda_wrappers=[("per_token_group_quant_fp8", f"per_token_group_quant_fp8<{args}>")],
                         backend=backend)
 
@@ -96,7 +96,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_
     the IEEE fp32 quotient (through the group's reciprocal with one fused correction, which
     gives the same E4M3 value), rounded to nearest even and saturated to +-448; a zero scale
     gives ``q = 0``. The GPU and the CPU emulator give the same bits, and they equal the torch
-    reference (``ref_per_token_group_quant_fp8``, ``tests/test_group_quant.py``) bit for bit (a NaN
+    reference (``ref_per_token_group_quant_fp8``, ``tests/test_per_token_group_quant_fp8.py``) bit for bit (a NaN
     q is E4M3's 0x7f, whatever its sign).
     Against exact arithmetic, ``q.float() * scale`` is within half an E4M3 step of ``x``:
     ``2**-4 * |x|``, or ``2**-10 * scale`` where ``x / scale`` is below E4M3's smallest normal,

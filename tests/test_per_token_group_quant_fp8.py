@@ -21,12 +21,17 @@ from hypothesis import strategies as st
 from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_group_quant_fp8, registered_ops
-from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, _module, per_token_group_quant_fp8_spec
+from kernkit.ops.per_token_group_quant_fp8 import (
+    GROUP_QUANT_DTYPES,
+    GROUP_SIZES,
+    _module,
+    per_token_group_quant_fp8_spec,
+)
 from kernkit.testing.hashes import SHORT, Case, Outputs, generator, to_device
 from kernkit.testing.invalid import VALID, Arena, Bad, check_invalid, invalid_calls
 from kernkit.testing.oracle import op_tests
 
-quant = op_tests("quant")
+quant = op_tests("per_token_quant_fp8")
 
 bf16, fp16, fp32, fp8 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 i32 = torch.int32
@@ -475,7 +480,7 @@ def group_quant_case(dtype: torch.dtype, group_size: int, tokens: int, groups: i
             raise AssertionError(f"{name}: scales of strides {scales.stride()}, want {want_scales.stride()}")
         return {"q": (q.cpu(), want_q), "scales": (scales.cpu(), want_scales)}
 
-    return Case(name, "quant/per_token_group_fp8.cuh", run)
+    return Case(name, "quant/per_token_group_quant_fp8.cuh", run)
 
 
 def hash_cases() -> list[Case]:

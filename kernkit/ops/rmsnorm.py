@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from ._flags import as_flag, check_cast_flag
 from .registry import register_op
 
 #: The dtypes the norm kernels are specialized for.
@@ -30,18 +31,7 @@ def _check_hidden(dtype: torch.dtype, hidden: int) -> None:
                          f"multiple of {vec} elements (16 bytes) and at most {MAX_ROW_BYTES // dtype.itemsize}")
 
 
-def as_flag(value: object) -> bool:
-    """A bool given to ``warmup`` or ``available`` as a bool or as ``0``/``1``/``true``/``false``
-    (any case); anything else raises a ``TypeError`` naming ``cast_x_before_out_mul``."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).lower()
-    if text not in ("0", "1", "true", "false"):
-        raise TypeError(f"'cast_x_before_out_mul': expected a bool (or 0/1/true/false), got {value!r}")
-    return text in ("1", "true")
-
-
-def norm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None,
+def rmsnorm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None,
               cast_x_before_out_mul: bool = False) -> JitSpec:
     """The build of one specialization of both norm ops, for rows of ``hidden`` elements of
     ``dtype``, in kernkit's order or (``cast_x_before_out_mul``) transformers': the factory
@@ -59,14 +49,7 @@ def norm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None,
 @cache_once
 def _module(dtype: torch.dtype, hidden: int, is_cuda: bool, cast_x_before_out_mul: bool):
     # Runs once per (dtype, hidden, device kind, order): the dtype and hidden size are checked here.
-    return norm_spec(dtype, hidden, None if is_cuda else "emu", cast_x_before_out_mul).build_and_load()
-
-
-def check_cast_flag(cast_x_before_out_mul: object) -> None:
-    """A ``TypeError`` unless ``cast_x_before_out_mul`` is a bool: checked per call (as rope's
-    ``is_neox``), since the memo would take ``1`` for ``True``."""
-    if type(cast_x_before_out_mul) is not bool:
-        raise TypeError(f"'cast_x_before_out_mul': expected a bool, got {type(cast_x_before_out_mul).__name__}")
+    return rmsnorm_spec(dtype, hidden, None if is_cuda else "emu", cast_x_before_out_mul).build_and_load()
 
 
 def _out(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
@@ -83,7 +66,7 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = NORM_DTYP
     ``cast_x_before_out_mul`` names (``as_flag``); the other model-shape keywords are not needed."""
     sizes = [s for s in dict.fromkeys((hidden_size, head_dim)) if s is not None]
     cast = as_flag(cast_x_before_out_mul)
-    return [norm_spec(d, s, backend, cast) for d in dict.fromkeys(dtypes) for s in sizes]
+    return [rmsnorm_spec(d, s, backend, cast) for d in dict.fromkeys(dtypes) for s in sizes]
 
 
 @register_op(fake=_out, specializations=_specializations)

@@ -1,4 +1,4 @@
-/// \file store_kv.cuh
+/// \file store_cache.cuh
 /// \brief `store_cache`: write row `i` of K and V to row `indices[i]` of the K and V caches.
 ///
 /// One kernel moves both tensors. Each row gets a group of threads (see `device::rows::RowLayout`);

@@ -10,10 +10,10 @@ import torch
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_quant_fp8
-from kernkit.ops.quant import per_token_quant_fp8_spec
+from kernkit.ops.per_token_quant_fp8 import per_token_quant_fp8_spec
 from kernkit.testing.oracle import op_tests
 
-quant = op_tests("quant")
+quant = op_tests("per_token_quant_fp8")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -26,7 +26,7 @@ TOKENS = [0, 1, 3, 64, 1025]
 def quant_with_pdl(dtype: torch.dtype, hidden: int, use_pdl: bool) -> JitSpec:
     """The specialization with PDL on or off, whatever the GPU would pick."""
     args = make_cpp_args(dtype, hidden, use_pdl)
-    return JitSpec.make("per_token_quant_fp8", *args, cuda_files=["quant/per_token_fp8.cuh"],
+    return JitSpec.make("per_token_quant_fp8", *args, cuda_files=["quant/per_token_quant_fp8.cuh"],
                         cuda_wrappers=[("per_token_quant_fp8", f"per_token_quant_fp8<{args}>")])
 
 

@@ -1,4 +1,4 @@
-/// \file per_token_fp8.cuh
+/// \file per_token_quant_fp8.cuh
 /// \brief `per_token_quant_fp8<T, kHidden, kUsePDL>`: per-row (per-token) dynamic quantization
 /// of fp16, bf16 or fp32 rows to fp8 E4M3 with one fp32 scale per row.
 #pragma once

@@ -1,4 +1,4 @@
-/// \file per_token_group_fp8.cuh
+/// \file per_token_group_quant_fp8.cuh
 /// \brief `per_token_group_quant_fp8<T, kGroupSize, kColumnMajor, kUE8M0, kUsePDL>`: dynamic
 /// quantization of fp16, bf16 or fp32 rows to fp8 E4M3 with one fp32 scale per group of
 /// `kGroupSize` consecutive elements of a row (the block-wise fp8 activations of DeepSeek-V3 and
@@ -8,7 +8,7 @@
 /// A group's 16-byte vectors are spread over consecutive lanes of one warp (`GroupLayout`), so
 /// its maximum is a shuffle butterfly with no barrier; each thread keeps its vectors in
 /// registers from the load to the store, so `x` is read once. The arithmetic is
-/// `per_token_fp8.cuh`'s (`device::quant::divide_by_recip`, `divide`): the GPU and the CPU
+/// `per_token_quant_fp8.cuh`'s (`device::quant::divide_by_recip`, `divide`): the GPU and the CPU
 /// emulator give the same bits.
 #pragma once
 
@@ -21,7 +21,7 @@
 #include <kernkit/vec.cuh>  // AlignedVector
 #include <kernkit/warp.cuh>  // warp::reduce_max
 
-#include <quant/per_token_fp8.cuh>  // device::quant::divide, divide_by_recip, kRecipMinScale
+#include <quant/per_token_quant_fp8.cuh>  // device::quant::divide, divide_by_recip, kRecipMinScale
 
 #include <tvm/ffi/container/tensor.h>
 

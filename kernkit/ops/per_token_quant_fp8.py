@@ -25,7 +25,7 @@ def per_token_quant_fp8_spec(dtype: torch.dtype, hidden: int, backend: str | Non
     if isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= MAX_HIDDEN:
         raise ValueError(f"'x': the hidden size (last dimension) must be in [1, {MAX_HIDDEN}], got {hidden!r}")
     args = make_cpp_args(dtype, hidden, backend != "emu" and is_arch_support_pdl())
-    return JitSpec.make("per_token_quant_fp8", *args, cuda_files=["quant/per_token_fp8.cuh"],
+    return JitSpec.make("per_token_quant_fp8", *args, cuda_files=["quant/per_token_quant_fp8.cuh"],
                         cuda_wrappers=[("per_token_quant_fp8", f"per_token_quant_fp8<{args}>")], backend=backend)
 
 
@@ -60,7 +60,7 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> 
     reciprocal with one fused correction, which gives the same E4M3 value), rounded to nearest
     even and saturated to +-448 (``device::cast`` to ``fp8_e4m3_t``). The result is bit-exact
     against ``(x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)``
-    (``ref_per_token_quant_fp8`` in ``tests/test_quant.py`` spells it out). Against exact
+    (``ref_per_token_quant_fp8`` in ``tests/test_per_token_quant_fp8.py`` spells it out). Against exact
     arithmetic: the scale is max|x| / 448 rounded once to fp32, and
     ``q.float() * scale`` is within half an E4M3 step of ``x``: ``2**-4 * |x|``, or ``2**-10 * scale``
     where ``x / scale`` is below E4M3's smallest normal (2**-6), plus fp32 rounding (2**-20 * |x|

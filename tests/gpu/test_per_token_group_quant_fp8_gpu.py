@@ -11,10 +11,10 @@ import torch
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_group_quant_fp8
-from kernkit.ops.group_quant import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec
+from kernkit.ops.per_token_group_quant_fp8 import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec
 from kernkit.testing.oracle import op_tests
 
-group_quant = op_tests("group_quant")
+group_quant = op_tests("per_token_group_quant_fp8")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -28,7 +28,7 @@ LAYOUT_IDS = ["row", "row-ue8m0", "col", "col-ue8m0"]
 def group_quant_with_pdl(dtype: torch.dtype, group_size: int, use_pdl: bool) -> JitSpec:
     """The row-major specialization with PDL on or off, whatever the GPU would pick."""
     args = make_cpp_args(dtype, group_size, False, False, use_pdl)
-    return JitSpec.make("per_token_group_quant_fp8", *args, cuda_files=["quant/per_token_group_fp8.cuh"],
+    return JitSpec.make("per_token_group_quant_fp8", *args, cuda_files=["quant/per_token_group_quant_fp8.cuh"],
                         cuda_wrappers=[("per_token_group_quant_fp8", f"per_token_group_quant_fp8<{args}>")])
 
 

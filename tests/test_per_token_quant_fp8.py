@@ -358,7 +358,7 @@ def quant_case(dtype: torch.dtype, hidden: int, tokens: int, *, row_pad: int = 0
         q, scales = ops.per_token_quant_fp8(x_d)
         return {"q": (q.cpu(), want_q), "scales": (scales.cpu(), want_scales)}
 
-    return Case(name, "quant/per_token_fp8.cuh", run)
+    return Case(name, "quant/per_token_quant_fp8.cuh", run)
 
 
 def hash_cases() -> list[Case]:

@@ -13,7 +13,7 @@ from kernkit.jit import JitSpec, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding, rotary_embedding_store, store_cache  # noqa: E402
 from kernkit.testing.oracle import op_tests
 
-rope_store = op_tests("rope_store")
+rope_store = op_tests("rotary_embedding_store")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -96,7 +96,7 @@ def test_cuda_graph_replay_and_pdl_variants():
     cache = make_cache(d)
     for use_pdl in (False, True):
         args = make_cpp_args(torch.bfloat16, d, True, use_pdl)
-        module = JitSpec.make("rotary_embedding_store", *args, cuda_files=["rope/rope_store.cuh"],
+        module = JitSpec.make("rotary_embedding_store", *args, cuda_files=["rope/rotary_embedding_store.cuh"],
                               cuda_wrappers=[("rotary_embedding_store", f"rotary_embedding_store<{args}>")]
                               ).build_and_load()
 

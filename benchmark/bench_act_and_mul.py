@@ -2,7 +2,7 @@
 torch.compile of the same function: CUDA-graph time per call and achieved bandwidth, for d =
 4096 and 5120 and 1 to 16384 tokens.
 
-    python benchmark/bench_activation.py --out DIR [--dtype bf16] [--ds 4096,5120] [--tokens 1,16]
+    python benchmark/bench_act_and_mul.py --out DIR [--dtype bf16] [--ds 4096,5120] [--tokens 1,16]
                                          [--acts silu,gelu,gelu_tanh] [--no-compile]
 
 Bytes counted per call: x read once and out written once (``tokens x 3 d x element size``).
@@ -52,7 +52,7 @@ def check(device: str, dtype: torch.dtype, acts) -> None:
     """Each op against the float64 formula (``kernkit/testing/oracle.py``) within its documented bound,
     on fresh random inputs of a few shapes (strided rows among them), into poisoned outputs;
     exits on a mismatch."""
-    ref = op_tests("activation")
+    ref = op_tests("act_and_mul")
     for act in acts:
         for shape in ((1, 16), (37, 258), (3, 5, 2048)):
             wide = torch.randn(*shape[:-1], shape[-1] + 8, device=device).mul(3).to(dtype)

@@ -11,10 +11,10 @@ import torch
 
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
-from kernkit.ops.norm import norm_spec
+from kernkit.ops.rmsnorm import rmsnorm_spec
 from kernkit.testing.oracle import op_tests
 
-norm = op_tests("norm")
+norm = op_tests("rmsnorm")
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -50,7 +50,7 @@ def prebuild():
     """Compile the specializations up front, in parallel (each nvcc run is its own process)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    reqs = [norm_spec(d, h) for d in DTYPES for h in sizes(d)]
+    reqs = [rmsnorm_spec(d, h) for d in DTYPES for h in sizes(d)]
     reqs += [norm_with_pdl(bf16, 4096, False)] + ([norm_with_pdl(bf16, 4096, True)] if is_arch_support_pdl() else [])
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda r: r.build(), reqs))

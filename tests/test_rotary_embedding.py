@@ -375,9 +375,9 @@ def test_traced_by_torch_compile_as_one_mutating_op():
 def test_is_neox_takes_a_bool_only_whatever_was_called_before(first):
     """``is_neox=1`` is refused in a fresh process and after a call with ``True`` alike: the
     check runs before the module factory's memo, which takes 1 for True."""
-    from kernkit.ops import rope as rope_op
+    from kernkit.ops.rotary_embedding import _module as rope_module
 
-    rope_op._module.cache_clear()
+    rope_module.cache_clear()
     q, k = rand((3, 64), fp32, 31), rand((3, 64), fp32, 32)
     args = (torch.tensor([0, 1, 2]), q, k, make_cache(32))
     calls = [1, True, 1] if first == "int" else [True, 1]
@@ -455,7 +455,7 @@ def rope_case(dtype: torch.dtype, head_dim: int, rot_dim: int, is_neox: bool, n:
                              head_dim=head_dim)
         return {key: (dev[key].cpu(), ref[key]) for key in bufs}
 
-    return Case(name, "rope/rotary.cuh", run)
+    return Case(name, "rope/rotary_embedding.cuh", run)
 
 
 def hash_cases() -> list[Case]:

@@ -25,7 +25,6 @@ from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops._rows import row_spec
 from kernkit.ops.indexing import _module as indexing_module
-from kernkit.testing.oracle import op_tests
 
 
 def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str | None) -> JitSpec:
@@ -37,7 +36,7 @@ def variant_spec(dtype: torch.dtype, hidden: int, per_thread: int, backend: str 
 def check(fns: dict, device: str, dtype: torch.dtype, hidden: int) -> None:
     """Each function (``fn(out, weight, ids, vocab_range)``) against the reference on fresh
     random inputs, ids outside the shard included, into poisoned outputs; exits on a mismatch."""
-    ref = op_tests("indexing")
+    from kernkit.testing.ops import indexing as ref
     rows, start = 500, 100
     weight = torch.randn(rows, hidden, device=device).to(dtype)
     for n in (1, 37, 300):

@@ -6,7 +6,7 @@ kernkit and patched with liger-kernel, side by side in one process.
                                     [--out FILE.json] [--plot FILE.png]
     python benchmark/bench_model.py --replot FILE.json --plot FILE.png
 
-The model has the shapes of ``--model`` (``tests/gpu/test_transformers_gpu.py``'s configs) and
+The model has the shapes of ``--model`` (``kernkit.testing.models.CONFIGS``) and
 random weights, in bfloat16 on the GPU; each variant makes its own copy from one seed. Variants:
 
 - ``eager``: transformers as it is, a dynamic cache, no compile;
@@ -40,13 +40,7 @@ from pathlib import Path
 
 import torch
 
-from kernkit.testing.oracle import load, tests_dir
-
-
-def gpu_test():
-    """The GPU test's module: its 8B configs and ``random_model``, kept in one place."""
-    return load(tests_dir() / "gpu" / "test_transformers_gpu.py")
-
+from kernkit.testing.models import CONFIGS, random_model
 
 VARIANTS = ("eager", "compile", "kernkit", "kernkit+compile", "liger")
 
@@ -58,7 +52,7 @@ KINDS = (("kernkit", ("kernkit",)), ("liger", ("_rms_norm", "_rope", "_swiglu", 
 
 def make(name: str, variant: str):
     """A fresh random model for ``variant``; returns it and its patch time (s, or None)."""
-    m = gpu_test().random_model(name)
+    m = random_model(name)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     if variant.startswith("kernkit"):
@@ -180,7 +174,7 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="llama3-8b", choices=list(gpu_test().CONFIGS))
+    p.add_argument("--model", default="llama3-8b", choices=list(CONFIGS))
     p.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
     p.add_argument("--prompt", type=int, default=512)
     p.add_argument("--new", type=int, default=128)

@@ -26,7 +26,6 @@ import torch
 import common
 
 from kernkit.ops import per_token_quant_fp8
-from kernkit.testing.oracle import op_tests
 
 TOKENS = (1, 16, 64, 256, 1024, 4096, 16384)
 HIDDEN = (4096, 5120, 14336)
@@ -35,7 +34,7 @@ HIDDEN = (4096, 5120, 14336)
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """``per_token_quant_fp8`` against the reference on fresh random rows of a few shapes (a
     zero row included), into poisoned outputs; exits on a mismatch."""
-    ref = op_tests("per_token_quant_fp8")
+    from kernkit.testing.ops import per_token_quant_fp8 as ref
     for hidden in hiddens:
         for shape in ((1, hidden), (5, hidden), (2, 3, hidden)):
             x = torch.randn(shape, device=device).to(dtype)
@@ -50,7 +49,7 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
 
 def time_shapes(args, dtype, ceiling) -> tuple[list, dict]:
     """Rows of the report and, per hidden size, the TB/s series of each method."""
-    ref = op_tests("per_token_quant_fp8")
+    from kernkit.testing.ops import per_token_quant_fp8 as ref
     eager = ref.ref_per_token_quant_fp8
     compiled = torch.compile(ref.ref_per_token_quant_fp8, dynamic=False)
     rows, series = [], {}

@@ -24,7 +24,6 @@ import torch
 import common
 
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
-from kernkit.testing.oracle import op_tests
 
 EPS = 1e-6
 
@@ -49,7 +48,7 @@ def _fail(what: str) -> None:
 def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     """Both ops against the references on fresh random inputs of a few shapes, into poisoned
     outputs; exits on a mismatch."""
-    ref = op_tests("rmsnorm")
+    from kernkit.testing.ops import rmsnorm as ref
     for hidden in hiddens:
         for lead in ((1,), (37,), (3, 5)):
             x = torch.randn(*lead, hidden).mul(3).to(dtype)

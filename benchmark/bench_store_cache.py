@@ -24,7 +24,6 @@ from kernkit import ops
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops._rows import row_bytes, row_spec
 from kernkit.ops.store_cache import _module as store_cache_module
-from kernkit.testing.oracle import op_tests
 
 
 def variant_spec(dtype: torch.dtype, row_shape: tuple[int, ...], per_thread: int, stream: bool,
@@ -48,7 +47,7 @@ def torch_store(kc, vc, idx, k, v):
 def check(fns: dict, device: str, dtype: torch.dtype, row_shape: tuple[int, ...]) -> None:
     """Each function against the reference on fresh random inputs (a skipped index included),
     into caches poisoned with random bytes; exits naming the first mismatch."""
-    ref = op_tests("store_cache")
+    from kernkit.testing.ops import store_cache as ref
     pool = 1024
     for n in (1, 37, 300):
         kc = torch.empty(pool, *row_shape, dtype=dtype, device=device)

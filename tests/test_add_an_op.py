@@ -1,7 +1,8 @@
 """Adding an op the tutorial's way touches only the op's own files: in a copy of the repository,
-a throwaway op made from the tutorial's ``scale`` (its kernel file, op file, test module and
-benchmark, every ``scale`` renamed) is registered, built, tested, hashed and benchmarked by
-discovery, and ``git status`` lists those four files and nothing else."""
+a throwaway op made from the tutorial's ``scale`` (its kernel file, op file, test material, test
+module and benchmark, every ``scale`` renamed) is registered, built, tested, hashed and
+benchmarked by discovery, and ``git status`` lists those five files, of one stem, and nothing
+else."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ NAME = "throwaway"
 FILES = {
     "kernkit/kernels/elementwise/scale.cuh": f"kernkit/kernels/elementwise/{NAME}.cuh",
     "kernkit/ops/scale.py": f"kernkit/ops/{NAME}.py",
+    "kernkit/testing/ops/scale.py": f"kernkit/testing/ops/{NAME}.py",
     "tests/test_scale.py": f"tests/test_{NAME}.py",
     "benchmark/bench_scale.py": f"benchmark/bench_{NAME}.py",
 }
@@ -74,3 +76,29 @@ def test_the_op_is_registered_tested_hashed_and_benchmarked(repo):
     bench = run(repo, f"benchmark/bench_{NAME}.py", "--out", str(repo / "out"))
     assert bench.returncode == 0, bench.stdout + bench.stderr
     assert f"checked {NAME} against fp32 torch on cpu" in bench.stdout, bench.stdout
+
+
+def test_each_shipped_op_has_one_stem_at_every_layer():
+    """Each op module of kernkit.ops (one op, or a family sharing one kernel) has a kernel file,
+    test material, a test module and a benchmark of its stem."""
+    import pkgutil
+
+    import kernkit.ops
+
+    stems = {op.fn.__module__.rsplit(".", 1)[1] for op in kernkit.ops.registered_ops()
+             if op.qualname.startswith("kernkit::")}
+    assert {m.name for m in pkgutil.iter_modules(kernkit.ops.__path__)} == stems | {"registry", "_flags", "_rope",
+                                                                                   "_rows"}
+    kernels = {p.name.split(".")[0] for p in (REPO / "kernkit" / "kernels").rglob("*.*h")}
+    for stem in sorted(stems):
+        assert stem in kernels, f"no kernkit/kernels/<area>/{stem}.cuh"
+        for path in (f"kernkit/testing/ops/{stem}.py", f"tests/test_{stem}.py", f"benchmark/bench_{stem}.py"):
+            assert (REPO / path).is_file(), path
+
+
+def test_kernkit_names_no_path_into_tests():
+    """The shipped package never imports or names a file of the test suite's directory."""
+    found = [f"{p.relative_to(REPO)}: {line.strip()}" for p in (REPO / "kernkit").rglob("*")
+             if p.is_file() and p.suffix in (".py", ".h", ".cuh", ".cc", ".md")
+             for line in p.read_text().splitlines() if "tests/" in line or '"tests"' in line]
+    assert not found, found

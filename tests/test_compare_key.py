@@ -9,16 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernkit import ops
-from kernkit.testing.invalid import HUGE, VALID, Arena, Bad, check_invalid, invalid_calls, meta, neg_bit
-
-# ----- the reference: what the kernel must compute
-
-
-def ref_compare_key(a: torch.Tensor, b: torch.Tensor) -> int:
-    """The length of the common prefix of two 1-d tensors."""
-    n = min(a.shape[0], b.shape[0])
-    diff = torch.nonzero(a[:n] != b[:n])
-    return int(diff[0, 0]) if diff.numel() else n
+from kernkit.testing.invalid import VALID, Arena, check_invalid, invalid_calls
+from kernkit.testing.ops.compare_key import KEY_BAD, i32, ref_compare_key
 
 
 def plain(a, b):
@@ -69,10 +61,6 @@ def test_bad_arguments(a, b, role, exc):
         ops.compare_key(a, b)
 
 
-# ----- invalid calls: one bad argument at a time, nothing written (kernkit.testing.invalid)
-
-i32 = torch.int32
-
 @st.composite
 def key_params(draw):
     return dict(
@@ -95,26 +83,6 @@ def key_args(a: Arena, p: dict) -> dict:
     a.bufs[-2] = (a.bufs[-2][0], a.bufs[-2][0].clone())
     a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
     return dict(a=x, b=y)
-
-
-def _key_bad(arg: str) -> list[Bad]:
-    length = "la" if arg == "a" else "lb"
-    return [
-        Bad(arg, "dtype", TypeError,
-            lambda a, p, d: a.tensor((p[length],), d.draw(st.sampled_from(
-                [torch.int64, torch.int16, torch.uint8, torch.float32, torch.bool, torch.uint32])))),
-        Bad(arg, "rank", ValueError,
-            lambda a, p, d: a.tensor(d.draw(st.sampled_from([(p[length], 1), (2, 3), ()])), i32)),
-        Bad(arg, "non-contiguous", ValueError, lambda a, p, d: a.tensor((max(p[length], 2),), i32, "step2")),
-        Bad(arg, "stride 0 (expand, maybe 2**40 long)", ValueError,
-            lambda a, p, d: a.tensor((d.draw(st.sampled_from([max(p[length], 2), HUGE])),), i32, "expand")),
-        Bad(arg, "meta tensor", ValueError, lambda a, p, d: meta((p[length],), i32)),
-        Bad(arg, "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([None, [1, 2], 3]))),
-        Bad(arg, "negative bit", ValueError, neg_bit(lambda a, p, d: a.tensor((p[length],), i32))),
-    ]
-
-
-KEY_BAD = _key_bad("a") + _key_bad("b")
 
 
 @invalid_calls(KEY_BAD, key_params())

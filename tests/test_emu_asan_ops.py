@@ -45,11 +45,7 @@ with ThreadPoolExecutor(len(specs)) as pool:
 OPS = """
 import torch
 from kernkit import ops
-from kernkit.testing.oracle import op_tests
-
-indexing = op_tests("indexing")
-store = op_tests("store_cache")
-
+from kernkit.testing.ops import indexing, store_cache as store
 gen = torch.Generator().manual_seed(0)
 
 def rand_rows(rows, elems):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -36,8 +37,6 @@ def expected():
 @pytest.fixture(scope="module")
 def computed(kh):
     return kh.compute("cpu")
-
-
 
 
 def test_hash_file_is_well_formed(expected):
@@ -72,7 +71,7 @@ def test_only_approximate_cases_have_bound_outputs(kh, expected, computed):
 
 def test_every_shipped_kernel_has_cases(kh):
     """Each kernel file with a ``__global__`` kernel has cases (``hash_cases()`` in its op's test
-    module), and each case names such a file."""
+    material), and each case names such a file."""
     kernels_dir = REPO / "kernkit" / "kernels"
     with_kernels = {p.relative_to(kernels_dir).as_posix() for p in kernels_dir.rglob("*.cuh")
                     if "__global__" in p.read_text()}
@@ -154,3 +153,49 @@ def test_the_command_line_checks_exact_and_bound_cases():
                               str(HASH_FILE), "--only", name], capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.rstrip().endswith("all match"), run.stdout
+
+
+MY_OP = """
+import torch
+
+from kernkit.testing.hashes import Case
+
+
+def hash_cases():
+    def run(device):
+        x = torch.arange(8.0)
+        return {"out": ((x.to(device) * 2).cpu(), x * 2)}
+
+    return [Case("my_op/double-8", "my/my_op.cuh", run)]
+"""
+
+
+def test_cases_of_another_package_are_found_by_module_name(kh, tmp_path, monkeypatch, capsys):
+    """``--cases`` takes a project's own test material by module or package name; a package's
+    modules are found with pkgutil, and one without ``hash_cases`` is passed over."""
+    pkg = tmp_path / "my_project" / "testing"
+    pkg.mkdir(parents=True)
+    (tmp_path / "my_project" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "my_op.py").write_text(MY_OP)
+    (pkg / "helpers.py").write_text("SIZE = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert [m.__name__ for m in kh.case_modules("my_project.testing")] == ["my_project.testing.my_op"]
+    assert kh.main(["--cases", "my_project.testing", "--list"]) == 0
+    assert capsys.readouterr().out.split() == ["my_op/double-8"]
+    out = tmp_path / "hashes.json"
+    assert kh.main(["--device", "cpu", "--cases", "my_project.testing.my_op", "--write", str(out)]) == 0
+    assert list(json.loads(out.read_text())["cases"]) == ["my_op/double-8"]
+    assert kh.main(["--device", "cpu", "--cases", "my_project.testing.my_op", "--check", str(out)]) == 0
+    with pytest.raises(ImportError, match="my_project.testing.helpers defines no hash_cases"):
+        kh.case_modules("my_project.testing.helpers")
+    with pytest.raises(ModuleNotFoundError, match="no_such_project"):
+        kh.case_modules("no_such_project")
+
+
+def test_kernkit_s_own_cases_are_every_module_of_its_test_material(kh):
+    import kernkit.testing.ops as material
+
+    names = {m.name for m in pkgutil.iter_modules(material.__path__)}
+    found = {m.__name__.rsplit(".", 1)[1] for m in kh.case_modules()}
+    assert found == {n for n in names if n != "compare_key"}, found  # compare_key has no GPU kernel

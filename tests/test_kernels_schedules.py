@@ -16,12 +16,11 @@ import torch.nn.functional as F
 
 from kernkit import ops
 from kernkit.testing import hashes as kh
-from kernkit.testing.oracle import op_tests, rand_bits
+from kernkit.testing.ops import scale as scale_tests
+from kernkit.testing.ops import store_cache as store
+from kernkit.testing.oracle import rand_bits
 
 HASH_FILE = Path(__file__).resolve().parent / "data" / "kernel_hashes.json"
-scale_tests = op_tests("scale")
-store = op_tests("store_cache")
-
 
 SEEDS = ["0", "1", "2"]
 POOL = 600

@@ -20,11 +20,10 @@ from kernkit.ops.scale import _module as scale_module
 from kernkit.ops.scale import scale_spec
 from kernkit.ops.store_cache import _module as store_cache_module
 from kernkit.ops.store_cache import store_cache_spec
-from kernkit.testing.oracle import op_tests, rand_bits, same_bytes
-
-compare_key = op_tests("compare_key")
-indexing = op_tests("indexing")
-store = op_tests("store_cache")
+from kernkit.testing.ops import compare_key as compare_key
+from kernkit.testing.ops import indexing as indexing
+from kernkit.testing.ops import store_cache as store
+from kernkit.testing.oracle import rand_bits, same_bytes
 
 
 class DecodeStep(torch.nn.Module):

@@ -41,11 +41,8 @@ from kernkit import ops
 from kernkit.ops.indexing import indexing_spec
 from kernkit.ops.scale import scale_spec
 from kernkit.ops.store_cache import store_cache_spec
-from kernkit.testing.oracle import op_tests
-
-indexing = op_tests("indexing")
-store = op_tests("store_cache")
-
+from kernkit.testing.ops import indexing as indexing
+from kernkit.testing.ops import store_cache as store
 
 bf16, fp16, fp32 = torch.bfloat16, torch.float16, torch.float32
 i32, i64 = torch.int32, torch.int64

@@ -23,9 +23,10 @@ How close the patched model is to the unpatched one: the kernels round once wher
 rounds two or three times (rotary, the fp32 norm arithmetic), and their sums of squares add in
 another order, so logits differ by a few roundings of the model's dtype, amplified by the
 layers. Measured on random weights: float32 logits agree within ``1e-5 * max|logits|`` (tiny
-models, ``tests/test_transformers.py``); a bfloat16 model is as close to a float32 copy of its
-weights as it is unpatched (8B shapes, ``tests/gpu/test_transformers_gpu.py``: within 1.25 times
-the unpatched model's error, and closer where measured), and its greedy token changes only
+models, the suite's test_transformers.py); a bfloat16 model is as close to a float32 copy of
+its weights as it is unpatched (8B shapes, ``kernkit.testing.models``, the suite's GPU test
+test_transformers_gpu.py: within 1.25 times the unpatched model's error, and closer where
+measured), and its greedy token changes only
 at near-ties of the unpatched model's logits.
 
 Limits: inference only (the model in eval mode, no parameter requiring grad); one dtype

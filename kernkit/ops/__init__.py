@@ -12,8 +12,15 @@ an op's name is the op, not its module: reach the module's other names with
 
 import importlib
 import pkgutil
+from typing import TYPE_CHECKING
 
 from .registry import available, register_op, registered_ops
+
+if TYPE_CHECKING:  # the ops are set below, by name: a type checker takes each for a callable
+    from collections.abc import Callable
+    from typing import Any
+
+    def __getattr__(name: str) -> Callable[..., Any]: ...
 
 for _module in pkgutil.iter_modules(__path__):
     if not _module.name.startswith("_"):

@@ -96,8 +96,9 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_
     the IEEE fp32 quotient (through the group's reciprocal with one fused correction, which
     gives the same E4M3 value), rounded to nearest even and saturated to +-448; a zero scale
     gives ``q = 0``. The GPU and the CPU emulator give the same bits, and they equal the torch
-    reference (``ref_per_token_group_quant_fp8``, ``tests/test_per_token_group_quant_fp8.py``) bit for bit (a NaN
-    q is E4M3's 0x7f, whatever its sign).
+    reference (``ref_per_token_group_quant_fp8`` in
+    ``kernkit.testing.ops.per_token_group_quant_fp8``) bit for bit (a NaN q is E4M3's 0x7f,
+    whatever its sign).
     Against exact arithmetic, ``q.float() * scale`` is within half an E4M3 step of ``x``:
     ``2**-4 * |x|``, or ``2**-10 * scale`` where ``x / scale`` is below E4M3's smallest normal,
     plus fp32 rounding (``2**-20 * |x|`` covers it).

@@ -60,8 +60,8 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> 
     reciprocal with one fused correction, which gives the same E4M3 value), rounded to nearest
     even and saturated to +-448 (``device::cast`` to ``fp8_e4m3_t``). The result is bit-exact
     against ``(x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)``
-    (``ref_per_token_quant_fp8`` in ``tests/test_per_token_quant_fp8.py`` spells it out). Against exact
-    arithmetic: the scale is max|x| / 448 rounded once to fp32, and
+    (``ref_per_token_quant_fp8`` in ``kernkit.testing.ops.per_token_quant_fp8`` spells it out).
+    Against exact arithmetic: the scale is max|x| / 448 rounded once to fp32, and
     ``q.float() * scale`` is within half an E4M3 step of ``x``: ``2**-4 * |x|``, or ``2**-10 * scale``
     where ``x / scale`` is below E4M3's smallest normal (2**-6), plus fp32 rounding (2**-20 * |x|
     covers it); rows whose scale underflows to 0 are all 0.

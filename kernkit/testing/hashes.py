@@ -1,8 +1,9 @@
 """The kernel-hash runner: hashes of every shipped CUDA kernel's outputs on fixed inputs.
 
-Each op's test module (``tests/test_<name>.py``) lists its cases in ``hash_cases()``, each
-naming the kernel file it runs; ``cases()`` finds them, so an op's cases sit with the op and no
-list here names it.
+Each op's test material (``kernkit.testing.ops.<name>``) lists its cases in ``hash_cases()``,
+each naming the kernel file it runs; ``cases()`` finds every module of that package, so an op's
+cases sit with the op and no list here names it. A project's own ops have their material in a
+package of their own: ``--cases my_project.testing`` hashes its modules instead.
 
 The same cases run on the GPU (``--device cuda``) and on the CPU emulator (``--device cpu``).
 An exact output must be the same bytes on both: it is first compared with the torch reference
@@ -13,8 +14,9 @@ within the bound the op's docstring states; the file records that bound and the 
 measured on the device that wrote it, and a check passes where the computing device stays
 within the same bound.
 
-    python -m kernkit.testing.hashes --device cuda --write tests/data/kernel_hashes.json   # on a GPU
-    python -m kernkit.testing.hashes --device cpu --check tests/data/kernel_hashes.json    # anywhere
+    python -m kernkit.testing.hashes --device cuda --write kernel_hashes.json   # on a GPU
+    python -m kernkit.testing.hashes --device cpu --check kernel_hashes.json    # anywhere
+    python -m kernkit.testing.hashes --cases my_project.testing.my_op --write my_hashes.json
 
 Inputs come from a ``torch.Generator`` seeded per case (from the case's name) on the CPU and are
 then copied to the device, so both sides see identical bytes. An output's hash is the sha256 of
@@ -30,20 +32,25 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib
 import json
+import pkgutil
 import platform
 import sys
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-from . import oracle
 from .oracle import as_bytes, same_bytes
 
 FORMAT = 2
+
+#: Where ``cases`` looks by default: kernkit's own ops' test material.
+DEFAULT_CASES = "kernkit.testing.ops"
 
 
 @dataclass(frozen=True)
@@ -96,27 +103,52 @@ def sha256(t: torch.Tensor) -> str:
     return hashlib.sha256(as_bytes(t).numpy().tobytes()).hexdigest()
 
 
-def cases(tests: str | Path | None = None) -> list[Case]:
-    """Every op's cases: ``hash_cases()`` of each ``test_*.py`` of ``tests`` that defines it.
+def case_modules(name: str = DEFAULT_CASES) -> list[ModuleType]:
+    """The module ``name`` if it defines ``hash_cases``, else every module of package ``name``
+    (found with ``pkgutil``, not by file name) that does.
 
     Parameters
     ----------
-    tests
-        The directory of the op test modules; the checkout's ``tests/`` by default.
+    name
+        A module or package, importable by name: ``kernkit.testing.ops`` by default.
 
     Returns
     -------
-    The cases, by test module in file-name order.
+    The modules, by name.
+
+    Raises
+    ------
+    ImportError
+        ``name`` cannot be imported, or neither it nor any module of it defines ``hash_cases``.
+    """
+    module = importlib.import_module(name)
+    if hasattr(module, "hash_cases"):
+        return [module]
+    found = [importlib.import_module(m.name) for m in pkgutil.iter_modules(getattr(module, "__path__", []), f"{name}.")]
+    found = sorted((m for m in found if hasattr(m, "hash_cases")), key=lambda m: m.__name__)
+    if not found:
+        raise ImportError(f"{name} defines no hash_cases(), and no module of it does")
+    return found
+
+
+def cases(modules: Sequence[str] = (DEFAULT_CASES,)) -> list[Case]:
+    """Every case of ``modules``: ``hash_cases()`` of each module ``case_modules`` finds there.
+
+    Parameters
+    ----------
+    modules
+        Modules or packages of test material, by name (``case_modules``).
+
+    Returns
+    -------
+    The cases, by module name.
 
     Raises
     ------
     ValueError
         Two cases share a name.
     """
-    out = []
-    for path in sorted(Path(tests or oracle.tests_dir()).glob("test_*.py")):
-        if "\ndef hash_cases(" in path.read_text():
-            out.extend(oracle.load(path).hash_cases())
+    out = [c for name in modules for m in case_modules(name) for c in m.hash_cases()]
     names = [c.name for c in out]
     if len(set(names)) != len(names):
         raise ValueError(f"case names must be unique: {sorted({n for n in names if names.count(n) > 1})}")
@@ -154,11 +186,13 @@ def run_case(case: Case, device: torch.device) -> dict[str, dict]:
     return result
 
 
-def compute(device: str | torch.device, only: str | None = None, tests: str | Path | None = None) -> dict[str, dict]:
+def compute(device: str | torch.device, only: str | None = None,
+            modules: Sequence[str] = (DEFAULT_CASES,)) -> dict[str, dict]:
     """Every case's output hashes on ``device`` (``cpu``: the CPU emulator; the ops have no other
-    path, so a hash is always a kernel's); ``only``: the cases whose name contains it."""
+    path, so a hash is always a kernel's); ``only``: the cases whose name contains it;
+    ``modules``: where the cases are (``cases``)."""
     device = torch.device(device)
-    return {c.name: run_case(c, device) for c in cases(tests) if only is None or only in c.name}
+    return {c.name: run_case(c, device) for c in cases(modules) if only is None or only in c.name}
 
 
 def device_name(device: torch.device) -> str:
@@ -223,15 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     act.add_argument("--check", metavar="FILE", help="compute the hashes and compare them with FILE")
     act.add_argument("--list", action="store_true", help="list the cases")
     p.add_argument("--only", metavar="TEXT", help="only the cases whose name contains TEXT (not with --write)")
-    p.add_argument("--tests", metavar="DIR", help="the op test modules (default: the checkout's tests/)")
+    p.add_argument("--cases", metavar="MODULE", action="append",
+                   help=f"a module or package of test material, by name (repeatable; default {DEFAULT_CASES})")
     args = p.parse_args(argv)
+    modules = args.cases or [DEFAULT_CASES]
     if args.list:
-        for c in cases(args.tests):
+        for c in cases(modules):
             print(c.name)
         return 0
     if args.write and args.only:
         p.error("--write takes every case")
-    hashes = compute(args.device, args.only, args.tests)
+    hashes = compute(args.device, args.only, modules)
     if args.write:
         path = Path(args.write)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as ``python -m``, this file is ``__main__``; the test modules import
+    # Run as ``python -m``, this file is ``__main__``; the test material imports
     # ``kernkit.testing.hashes``, whose ``Within`` the runner must check against.
     from kernkit.testing import hashes
 

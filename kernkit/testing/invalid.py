@@ -2,15 +2,15 @@
 argument at a time (``Bad``), and the check that a call raised an error naming that argument
 and wrote nothing (``check_invalid``).
 
-Each op's test module lists the ways to break each of its arguments (``Bad``: a wrong dtype or
-rank, shapes that disagree, rows that are not contiguous or overlap, meta tensors, non-tensor
-values, tensors that share memory with one the op writes, torch's negative bit, written tensors
-that require grad or are inference tensors), draws the other arguments with hypothesis, and
-calls ``check_invalid``: the call must raise a ``TypeError``/``ValueError``/``RuntimeError``
-whose message names the argument, with every byte of every buffer unchanged, including the
-guard bytes around and between the rows. The same module draws valid-but-unusual views
-(misaligned starts, padded row strides, stride-0 inputs, a table claiming 2**40 rows) and
-compares them with its reference.
+Each op's test material (``kernkit.testing.ops``) lists the ways to break each of its
+arguments (``Bad``: a wrong dtype or rank, shapes that disagree, rows that are not contiguous or
+overlap, meta tensors, non-tensor values, tensors that share memory with one the op writes,
+torch's negative bit, written tensors that require grad or are inference tensors); its test
+module draws the other arguments with hypothesis and calls ``check_invalid``: the call must
+raise a ``TypeError``/``ValueError``/``RuntimeError`` whose message names the argument, with
+every byte of every buffer unchanged, including the guard bytes around and between the rows.
+The test module also draws valid-but-unusual views (misaligned starts, padded row strides,
+stride-0 inputs, a table claiming 2**40 rows) and compares them with the reference.
 
 Hypothesis runs derandomized (``invalid_calls``, ``VALID``): the same examples every run.
 Without a GPU the wrong-device cases are meta tensors (DLPack cannot carry them).

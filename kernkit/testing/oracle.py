@@ -1,86 +1,14 @@
-"""The oracle's shared parts: how to reach an op's torch reference, and the exact arithmetic
-that references of several ops use.
+"""The exact arithmetic that the references of several ops share, and the byte comparisons
+of their results.
 
-An op's reference lives in its test module, ``tests/test_<name>.py``, next to its hash cases and
-its invalid calls: ``op_tests(name)`` imports that module. A reference computes what the kernel
-must produce on valid arguments, and checks nothing.
+An op's reference lives in its test material, ``kernkit.testing.ops.<name>``, next to its hash
+cases and its invalid calls. A reference computes what the kernel must produce on valid
+arguments, and checks nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import torch
-
-import kernkit
-
-
-def tests_dir() -> Path:
-    """``tests/`` of the source checkout kernkit is imported from.
-
-    Raises
-    ------
-    FileNotFoundError
-        kernkit is installed without its tests (not an editable install of a checkout).
-    """
-    tests = Path(kernkit.__file__).resolve().parent.parent / "tests"
-    if not tests.is_dir():
-        raise FileNotFoundError(f"kernkit.testing needs kernkit's source checkout: no {tests} next to the "
-                                "kernkit package (install the checkout with `pip install -e .[test]`)")
-    return tests
-
-
-def load(path: str | Path) -> ModuleType:
-    """Import the Python file ``path`` as the module named by its stem, once, as pytest does: a
-    test module pytest already imported is that module, not a copy.
-
-    Parameters
-    ----------
-    path
-        A test module, e.g. ``tests/test_rotary_embedding.py``.
-
-    Returns
-    -------
-    The module.
-
-    Raises
-    ------
-    ImportError
-        Another file of the same stem is imported already, or ``path`` is not a Python file.
-    """
-    path = Path(path).resolve()
-    known = sys.modules.get(path.stem)
-    if known is not None:
-        if Path(getattr(known, "__file__", "") or "").resolve() != path:
-            raise ImportError(f"cannot import {path}: a module named {path.stem!r} is imported from {known.__file__}")
-        return known
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[path.stem]
-        raise
-    return module
-
-
-def op_tests(name: str) -> ModuleType:
-    """The test module of op ``name`` (``tests/test_<name>.py``), with its reference.
-
-    Example
-    -------
-    .. code-block:: python
-
-        rope = op_tests("rotary_embedding")
-        rope.ref_rotary_embedding(positions, q, k, cos_sin_cache, is_neox=True)
-    """
-    return load(tests_dir() / f"test_{name}.py")
 
 
 def rand_bits(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

@@ -14,10 +14,7 @@ from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import gelu_and_mul, silu_and_mul
 from kernkit.ops.act_and_mul import ACTIVATIONS, act_and_mul_spec
 from kernkit.testing import oracle
-from kernkit.testing.oracle import op_tests
-
-act_tests = op_tests("act_and_mul")
-
+from kernkit.testing.ops import act_and_mul as act_tests
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

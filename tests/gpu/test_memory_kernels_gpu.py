@@ -12,11 +12,8 @@ import torch
 from kernkit import ops
 from kernkit.ops.indexing import indexing_spec
 from kernkit.ops.store_cache import store_cache_spec
-from kernkit.testing.oracle import op_tests
-
-indexing = op_tests("indexing")
-store = op_tests("store_cache")
-
+from kernkit.testing.ops import indexing as indexing
+from kernkit.testing.ops import store_cache as store
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -12,10 +12,7 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_group_quant_fp8
 from kernkit.ops.per_token_group_quant_fp8 import GROUP_QUANT_DTYPES, GROUP_SIZES, per_token_group_quant_fp8_spec
-from kernkit.testing.oracle import op_tests
-
-group_quant = op_tests("per_token_group_quant_fp8")
-
+from kernkit.testing.ops import per_token_group_quant_fp8 as group_quant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -11,10 +11,7 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import per_token_quant_fp8
 from kernkit.ops.per_token_quant_fp8 import per_token_quant_fp8_spec
-from kernkit.testing.oracle import op_tests
-
-quant = op_tests("per_token_quant_fp8")
-
+from kernkit.testing.ops import per_token_quant_fp8 as quant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

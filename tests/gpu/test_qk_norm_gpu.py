@@ -11,11 +11,8 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import qk_norm
 from kernkit.ops.qk_norm import QK_NORM_HEAD_DIMS, qk_norm_spec
-from kernkit.testing.oracle import op_tests
-
-norm = op_tests("rmsnorm")
-qk = op_tests("qk_norm")
-
+from kernkit.testing.ops import qk_norm as qk
+from kernkit.testing.ops import rmsnorm as norm
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

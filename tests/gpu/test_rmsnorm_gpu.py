@@ -12,10 +12,7 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import fused_add_rmsnorm, rmsnorm
 from kernkit.ops.rmsnorm import rmsnorm_spec
-from kernkit.testing.oracle import op_tests
-
-norm = op_tests("rmsnorm")
-
+from kernkit.testing.ops import rmsnorm as norm
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -13,10 +13,7 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding  # noqa: E402
 from kernkit.ops.rotary_embedding import rotary_embedding_spec  # noqa: E402
-from kernkit.testing.oracle import op_tests
-
-rope = op_tests("rotary_embedding")
-
+from kernkit.testing.ops import rotary_embedding as rope
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -11,10 +11,7 @@ import torch
 
 from kernkit.jit import JitSpec, make_cpp_args  # noqa: E402
 from kernkit.ops import rotary_embedding, rotary_embedding_store, store_cache  # noqa: E402
-from kernkit.testing.oracle import op_tests
-
-rope_store = op_tests("rotary_embedding_store")
-
+from kernkit.testing.ops import rotary_embedding_store as rope_store
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -10,9 +10,7 @@ import torch
 from kernkit.jit import JitSpec, is_arch_support_pdl, make_cpp_args
 from kernkit.ops import scale
 from kernkit.ops.scale import scale_spec
-from kernkit.testing.oracle import op_tests
-
-ref_scale = op_tests("scale").ref_scale
+from kernkit.testing.ops.scale import ref_scale
 
 
 def scale_with_pdl(dtype: torch.dtype, use_pdl: bool) -> JitSpec:

@@ -13,10 +13,7 @@ import torch
 
 from kernkit import ops
 from kernkit.jit import CaptureCompileError
-from kernkit.testing.oracle import op_tests
-
-store = op_tests("store_cache")
-
+from kernkit.testing.ops import store_cache as store
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -27,9 +27,10 @@ import torch
 transformers = pytest.importorskip("transformers",
                                    reason="needs the transformers extra: pip install 'kernkit[transformers]'")
 
-from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, Qwen3Config  # noqa: E402
+from transformers import DynamicCache  # noqa: E402
 
 from kernkit.integrations.transformers import apply_kernkit  # noqa: E402
+from kernkit.testing.models import CONFIGS, random_model  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -42,30 +43,6 @@ ERROR_RATIO = 1.25
 #: them otherwise, so the bound is bf16's own noise, which the first test measures as the
 #: unpatched model's distance from float32: up to 8.4e-2 on these shapes (H100, 2026-12-06).
 LOGIT_TOLERANCE = 1e-1
-
-#: Llama-3.1-8B's and Qwen3-8B's shapes (their published config.json files; Qwen3's positions
-#: cut from 40960 to 8192, which changes no shape).
-CONFIGS = {
-    "llama3-8b": lambda: LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                     num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
-                                     max_position_embeddings=131072, rms_norm_eps=1e-5,
-                                     rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
-                                                          low_freq_factor=1.0, high_freq_factor=4.0,
-                                                          original_max_position_embeddings=8192)),
-    "qwen3-8b": lambda: Qwen3Config(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                                    num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
-                                    max_position_embeddings=8192, rms_norm_eps=1e-6,
-                                    rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
-}
-
-
-def random_model(name: str, seed: int = 0):
-    """The model of ``CONFIGS[name]`` with random weights, bfloat16, on the GPU, for inference."""
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        m = AutoModelForCausalLM.from_config(CONFIGS[name](), dtype=torch.bfloat16)
-    return m.eval().requires_grad_(False)
-
 
 def teacher_forced(m, prompt: torch.Tensor, tokens: torch.Tensor | None, steps: int) -> tuple[list, torch.Tensor]:
     """The logits of the prompt's last position and of ``steps`` decode steps (fp32, on the CPU),

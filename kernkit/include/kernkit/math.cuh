@@ -173,7 +173,7 @@ KERNKIT_DEVICE float tanh_approx(float x) {
 // bits for every input, which expf/erff/tanhf (CUDA's and glibc's differ in the last bit) and
 // __expf do not. The polynomial coefficients were fitted for kernkit (weighted least squares on
 // Chebyshev nodes against float64, then rounded to fp32); the exp polynomial is the Taylor series.
-// The stated errors were measured against float64 over dense sweeps (tests/test_headers_emu.py).
+// The stated errors were measured against float64 over dense sweeps (the test suite's test_headers_emu.py).
 // A NaN input is returned as it is.
 
 /// \brief The bits of `|x|` (the sign bit cleared). For non-negative floats the bit patterns are

@@ -167,8 +167,8 @@ KERNKIT_DEVICE float rounded_if(float x) {
 /// The sum of squares: each thread accumulates, for each position `k` of its 16-byte vectors,
 /// the squares at `k` of its vectors in order, each by one fused multiply-add, then sums those
 /// `kVecN` partial sums by a fixed tree (`tree_sum`); every step is IEEE-rounded, so that torch
-/// can reproduce it (`ref_rmsnorm` in `tests/test_rmsnorm.py`). Then the row's threads combine their sums
-/// (`row_sum`), and `inv_rms` gives the factor. The product is `(x * inv_rms) * weight`, the
+/// can reproduce it (`ref_rmsnorm` in `kernkit/testing/ops/rmsnorm.py`). Then the row's
+/// threads combine their sums (`row_sum`), and `inv_rms` gives the factor. The product is `(x * inv_rms) * weight`, the
 /// order flashinfer's RMSNorm uses; with `kCastXFirst`, `x * inv_rms` is rounded to `T` before
 /// the weight multiplies it (transformers' order). Every thread of the block calls it (block-wide rows
 /// synchronize); `active` false for a group past the last row, which reads and writes nothing.

@@ -498,7 +498,7 @@ inline float __frcp_rn(float a) { return 1.0f / a; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 /// \brief `1 / sqrt(a)` correctly rounded, as the GPU's `__frsqrt_rn`: the float64 root and
 /// division rounded to fp32 give it for every fp32 input (an exhaustive check of [1, 4), to which
-/// scaling by powers of 4 reduces every other input: tests/test_rmsnorm.py).
+/// scaling by powers of 4 reduces every other input: the rmsnorm tests check it).
 inline float __frsqrt_rn(float a) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(a))); }
 inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }

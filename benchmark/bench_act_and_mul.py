@@ -48,8 +48,8 @@ def torch_fn(act: str):
 
 
 def check(device: str, dtype: torch.dtype, acts) -> None:
-    """Each op against the float64 formula (``kernkit/testing/oracle.py``) within its documented bound,
-    on fresh random inputs of a few shapes (strided rows among them), into poisoned outputs;
+    """Each op against the float64 formula (``kernkit.testing.ops.act_and_mul``) within its
+    documented bound, on fresh random inputs of a few shapes (strided rows among them), into poisoned outputs;
     exits on a mismatch."""
     from kernkit.testing.ops import act_and_mul as ref
     for act in acts:

@@ -8,8 +8,8 @@ sizes 4096 and 5120 (Llama-3-8B's and Qwen's widths) and 14336 (Llama-3-8B's MLP
 
 Bytes counted per call: the input read once, the fp8 output and the fp32 scales written once
 (tokens x (hidden x (element size + 1) + 4)). Inputs are rotated over enough buffers that each
-graph touches more than the L2 holds. The torch function is the tests' reference
-(``kernkit/testing/oracle.py``), which computes the same bits; torch.compile compiles it once per
+graph touches more than the L2 holds. The torch function is the op's reference
+(``kernkit.testing.ops.per_token_quant_fp8``), which computes the same bits; torch.compile compiles it once per
 shape. The kernel is first checked bit for bit against that reference; without a GPU the
 script only runs that check, on CPU tensors through the emulator. Measures and reports;
 asserts nothing about speed.

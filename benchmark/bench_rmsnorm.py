@@ -8,8 +8,8 @@ Bytes counted per call, each once: rmsnorm reads x and weight and writes out
 (2 x tokens x hidden + hidden elements); fused_add_rmsnorm reads x, residual and weight and
 writes x and residual (4 x tokens x hidden + hidden). Inputs are rotated over enough buffers
 that each graph touches more than the L2 holds. The kernels are first checked against the torch
-reference (bit for bit against the kernel-order fp32 reference of ``kernkit/testing/oracle.py``, and
-within the docstrings' tolerance of float64); without a GPU the script only runs that check, on
+reference (bit for bit against the kernel-order fp32 reference of ``kernkit.testing.ops.rmsnorm``,
+and within the docstrings' tolerance of float64); without a GPU the script only runs that check, on
 CPU tensors through the emulator. Measures and reports; asserts nothing about speed.
 """
 

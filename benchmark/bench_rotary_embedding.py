@@ -50,7 +50,7 @@ def make_cache(rot_dim: int, dtype: torch.dtype, device: str) -> torch.Tensor:
 
 
 def check(device: str, dtype: torch.dtype, cache_dtype: torch.dtype) -> None:
-    """``rotary_embedding`` against the reference of ``kernkit/testing/oracle.py`` and against
+    """``rotary_embedding`` against the reference of ``kernkit.testing.ops.rotary_embedding`` and against
     ``torch_rope`` on fresh random inputs of each model's heads; exits on a mismatch."""
     from kernkit.testing.ops import rotary_embedding as ref
     for name, (hq, hk, d) in MODELS.items():
@@ -59,7 +59,7 @@ def check(device: str, dtype: torch.dtype, cache_dtype: torch.dtype) -> None:
             q = torch.randn(tokens, hq * d, device=device).to(dtype)
             k = torch.randn(tokens, hk, d, device=device).to(dtype)
             positions = torch.randint(0, MAX_POS, (tokens,), device=device)
-            want_q, want_k = q.cpu(), k.cpu()
+            want_q, want_k = q.cpu().clone(), k.cpu().clone()  # q.cpu() is q itself on the CPU
             ref.ref_rotary_embedding(positions.cpu(), want_q, want_k, cache.cpu())
             th_q, th_k = q.clone(), k.clone()
             torch_rope(positions, th_q, th_k, cache, d)

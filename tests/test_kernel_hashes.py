@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pkgutil
 import re
 import subprocess
@@ -199,3 +200,75 @@ def test_kernkit_s_own_cases_are_every_module_of_its_test_material(kh):
     names = {m.name for m in pkgutil.iter_modules(material.__path__)}
     found = {m.__name__.rsplit(".", 1)[1] for m in kh.case_modules()}
     assert found == {n for n in names if n != "compare_key"}, found  # compare_key has no GPU kernel
+
+
+def test_an_only_that_selects_no_case_is_an_error(kh, capsys):
+    """``--check F --only <typo>`` runs nothing: that is an error naming --only, not "all match"."""
+    assert kh.main(["--device", "cpu", "--check", str(HASH_FILE), "--only", "no_such_case"]) == 2
+    out, err = capsys.readouterr()
+    assert "all match" not in out, out
+    assert err.startswith("error: --only no_such_case: no case of kernkit.testing.ops") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(("text", "why"), [(None, "cannot read it (No such file or directory)"),
+                                           ("{\"cases\": ", "not a JSON file"), ("\xff", "not a JSON file"),
+                                           ("[1, 2]", "not a kernel-hash file"),
+                                           ('{"cases": {"scale/x": 1}}', "not a kernel-hash file")])
+def test_a_check_file_that_is_no_hash_file_is_named(kh, tmp_path, capsys, text, why):
+    """A missing, non-JSON or non-hash ``--check`` file is one line naming it (status 2), before any
+    case runs (``--only`` matches a case, which would take a build to run)."""
+    path = tmp_path / "hashes.json"
+    if text is not None:
+        path.write_bytes(text.encode("latin-1"))
+    assert kh.main(["--device", "cpu", "--check", str(path), "--only", "scale/"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: --check {path}: {why}") and err.count("\n") == 1, (out, err)
+
+
+@pytest.mark.parametrize(("name", "why"), [("no_such_project", "No module named 'no_such_project'"),
+                                           ("tests/", "'tests/' is not a module name"),
+                                           (".ops", "'.ops' is not a module name"),
+                                           ("", "'' is not a module name"),
+                                           ("kernkit.testing.oracle", "defines no hash_cases()")])
+def test_a_cases_name_that_is_no_test_material_is_named(kh, capsys, name, why):
+    """``--cases`` takes a module name; a path, a typo or a module without cases is one line
+    naming it, status 2."""
+    assert kh.main(["--list", "--cases", name]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --cases {name}: ") and why in err and err.count("\n") == 1, err
+
+
+def _my_op(tmp_path, monkeypatch) -> str:
+    """A module of test material whose one case runs plain torch (no build)."""
+    (tmp_path / "my_op_material.py").write_text(MY_OP)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "my_op_material"
+
+
+def test_an_unwritable_write_file_is_named(kh, tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    target = blocker / "hashes.json"
+    assert kh.main(["--device", "cpu", "--cases", _my_op(tmp_path, monkeypatch), "--write", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --write {target}: cannot write it") and err.count("\n") == 1, err
+
+
+def test_cases_that_give_no_case_are_an_error(kh, tmp_path, monkeypatch, capsys):
+    (tmp_path / "empty_material.py").write_text("def hash_cases():\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert kh.main(["--device", "cpu", "--cases", "empty_material", "--write", str(tmp_path / "h.json")]) == 2
+    assert capsys.readouterr().err == "error: --cases empty_material: hash_cases() gives no case\n"
+    assert not (tmp_path / "h.json").exists()
+
+
+def test_a_reader_that_stops_early_ends_the_list_quietly():
+    """``--list | head``: the pipe is closed before the tool writes."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "kernkit.testing.hashes", "--list"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -34,6 +34,7 @@ import datetime
 import hashlib
 import importlib
 import json
+import os
 import pkgutil
 import platform
 import sys
@@ -119,8 +120,12 @@ def case_modules(name: str = DEFAULT_CASES) -> list[ModuleType]:
     Raises
     ------
     ImportError
-        ``name`` cannot be imported, or neither it nor any module of it defines ``hash_cases``.
+        ``name`` is not a module name, cannot be imported, or neither it nor any module of it
+        defines ``hash_cases``.
     """
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise ImportError(f"{name!r} is not a module name (a module or package importable by name, "
+                          "e.g. my_project.testing)")
     module = importlib.import_module(name)
     if hasattr(module, "hash_cases"):
         return [module]
@@ -186,13 +191,18 @@ def run_case(case: Case, device: torch.device) -> dict[str, dict]:
     return result
 
 
+def select(only: str | None = None, modules: Sequence[str] = (DEFAULT_CASES,)) -> list[Case]:
+    """The cases of ``modules`` (``cases``) whose name contains ``only`` (all of them: None)."""
+    return [c for c in cases(modules) if only is None or only in c.name]
+
+
 def compute(device: str | torch.device, only: str | None = None,
             modules: Sequence[str] = (DEFAULT_CASES,)) -> dict[str, dict]:
     """Every case's output hashes on ``device`` (``cpu``: the CPU emulator; the ops have no other
     path, so a hash is always a kernel's); ``only``: the cases whose name contains it;
     ``modules``: where the cases are (``cases``)."""
     device = torch.device(device)
-    return {c.name: run_case(c, device) for c in cases(modules) if only is None or only in c.name}
+    return {c.name: run_case(c, device) for c in select(only, modules)}
 
 
 def device_name(device: torch.device) -> str:
@@ -248,7 +258,98 @@ def compare(expected: dict, hashes: dict[str, dict]) -> list[str]:
     return problems
 
 
+class UsageError(Exception):
+    """A command line that cannot be done as asked: ``main`` prints it on one line, status 2."""
+
+
+def read_hash_file(path: str) -> dict:
+    """The hash file ``path`` (``--check``), checked to be one: a JSON object whose ``cases``
+    maps each case's name to its outputs' records.
+
+    Raises
+    ------
+    UsageError
+        ``path`` cannot be read, is not JSON or is not a hash file; the message names it.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"--check {path}: cannot read it ({e.strerror or e})") from e
+    except (ValueError, RecursionError) as e:  # a JSON or UTF-8 decoding error; nesting too deep
+        raise UsageError(f"--check {path}: not a JSON file ({e})") from e
+    cases_ = doc.get("cases") if isinstance(doc, dict) else None
+    if not (isinstance(cases_, dict)
+            and all(isinstance(outs, dict) and all(isinstance(o, dict) for o in outs.values())
+                    for outs in cases_.values())):
+        raise UsageError(f"--check {path}: not a kernel-hash file (no \"cases\" object of case names to outputs, "
+                         "as --write writes)")
+    return doc
+
+
+def _selected(only: str | None, modules: Sequence[str]) -> list[Case]:
+    """The cases the command line selects; at least one (``UsageError`` otherwise)."""
+    for name in modules:
+        try:
+            case_modules(name)
+        except ImportError as e:
+            raise UsageError(f"--cases {name}: {e}") from e
+    try:
+        chosen = select(only, modules)
+    except ValueError as e:  # two cases share a name
+        raise UsageError(str(e)) from e
+    if not chosen:
+        where = f"of {', '.join(modules)}"
+        raise UsageError(f"--only {only}: no case {where} has it in its name (--list lists them)" if only
+                         else f"--cases {', '.join(modules)}: hash_cases() gives no case")
+    return chosen
+
+
+def _run(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    modules = args.cases or [DEFAULT_CASES]
+    if args.list:
+        for c in _selected(None, modules):
+            print(c.name)
+        return 0
+    if args.write and args.only:
+        p.error("--write takes every case")
+    expected = read_hash_file(args.check) if args.check else None  # before the cases run: a bad file fails fast
+    device = torch.device(args.device)
+    hashes = {c.name: run_case(c, device) for c in _selected(args.only, modules)}
+    if expected is None:
+        path = Path(args.write)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(dumps(document(device, hashes)))
+        except OSError as e:
+            raise UsageError(f"--write {path}: cannot write it ({e.strerror or e})") from e
+        print(f"{len(hashes)} cases on {device_name(device)}: wrote {path}")
+        return 0
+    if args.only:
+        expected = {**expected, "cases": {k: v for k, v in expected["cases"].items() if args.only in k}}
+    problems = compare(expected, hashes)
+    for line in problems:
+        print(line)
+    src = f"{expected.get('source')} on {expected.get('device')}, {expected.get('date')}"
+    print(f"{len(hashes)} cases on {device_name(device)} against {args.check} ({src}): "
+          + (f"{len(problems)} differences" if problems else "all match"))
+    return 1 if problems else 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line (``python -m kernkit.testing.hashes``).
+
+    Parameters
+    ----------
+    argv
+        The arguments; default: ``sys.argv[1:]``.
+
+    Returns
+    -------
+    The exit status: 0; 1 when ``--check`` found differences; 2 for a command line that cannot
+    be done as asked (a ``--cases`` that is no test material, an ``--only`` that selects no case,
+    a ``--check`` file that is no hash file, an unwritable ``--write`` file: one line on stderr).
+    A reader that stops early (``--list | head``) ends the command quietly, with status 0.
+    """
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cuda (the GPU) or cpu (the CPU emulator)")
@@ -260,30 +361,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", metavar="MODULE", action="append",
                    help=f"a module or package of test material, by name (repeatable; default {DEFAULT_CASES})")
     args = p.parse_args(argv)
-    modules = args.cases or [DEFAULT_CASES]
-    if args.list:
-        for c in cases(modules):
-            print(c.name)
+    try:
+        status = _run(p, args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # Send what is still buffered nowhere, so that the interpreter's flush at exit does not
+        # fail again (what Python's documentation advises).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    if args.write and args.only:
-        p.error("--write takes every case")
-    hashes = compute(args.device, args.only, modules)
-    if args.write:
-        path = Path(args.write)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dumps(document(args.device, hashes)))
-        print(f"{len(hashes)} cases on {device_name(torch.device(args.device))}: wrote {path}")
-        return 0
-    expected = json.loads(Path(args.check).read_text())
-    if args.only:
-        expected = {**expected, "cases": {k: v for k, v in expected["cases"].items() if args.only in k}}
-    problems = compare(expected, hashes)
-    for line in problems:
-        print(line)
-    src = f"{expected.get('source')} on {expected.get('device')}, {expected.get('date')}"
-    print(f"{len(hashes)} cases on {device_name(torch.device(args.device))} against {args.check} ({src}): "
-          + (f"{len(problems)} differences" if problems else "all match"))
-    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -360,7 +360,8 @@ def test_launcher_errors_name_the_argument_and_write_nothing():
     x, w = randn((4, 128), fp16, 24), randn((128,), fp16, 25)
     base = torch.zeros(4 * 128 + 8, dtype=fp16)
     cases = [
-        (dict(weight=torch.ones(64, dtype=fp16)), ValueError, r"^'weight': dimension 0 expected 128, got 64"),
+        (dict(weight=torch.ones(64, dtype=fp16)), ValueError,
+         r"^'weight': dimension 0 \('length'\) expected 128 \(x's last dimension\), got 64"),
         (dict(weight=torch.ones(128, dtype=bf16)), TypeError, r"^'weight': expected dtype float16, got bfloat16$"),
         (dict(weight=torch.ones(256, dtype=fp16)[::2]), ValueError, r"^'weight': expected a contiguous tensor"),
         (dict(out=torch.empty(4, 128, dtype=fp32)), TypeError, r"^'out': expected dtype float16, got float32$"),

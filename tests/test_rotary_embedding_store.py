@@ -158,6 +158,59 @@ def test_every_launch_shape(dtype, tokens):
          torch.zeros(pool, 8 * 128, dtype=dtype), out_loc, True)
 
 
+# A 2-d v's heads are consecutive elements of its rows: only its tokens can repeat.
+@pytest.mark.parametrize("rank, expand", [(3, "tokens"), (3, "heads"), (3, "both"), (2, "tokens")])
+def test_an_expanded_v_is_read_as_it_is(rank, expand):
+    """v is only read: one whose tokens or heads repeat memory (``expand``, stride 0) is stored
+    as it reads, as the reference and store_cache store it."""
+    tokens, hk, d = 6, 2, 128
+    one = rope.rand((1 if expand != "heads" else tokens, 1 if expand != "tokens" else hk, d), bf16, 40)
+    v = one.expand(tokens, hk, d)
+    if rank == 2:
+        v = one.reshape(1, hk * d).expand(tokens, hk * d)
+    q, k = rope.rand((tokens, 4, d), bf16, 41), rope.rand((tokens, hk, d), bf16, 42)
+    if rank == 2:
+        q, k = q.reshape(tokens, -1), k.reshape(tokens, -1)
+    positions = torch.tensor([3, 0, 96, 40, 41, 5])
+    kc, vc = rope.rand((POOL, hk * d), bf16, 43), rope.rand((POOL, hk * d), bf16, 44)
+    fused = call(positions, q, k, v, rope.make_cache(128), kc, vc, cache_rows(positions), True, head_dim=d,
+                 pair=expand == "tokens")  # store_cache copies whole rows: it refuses repeated heads
+    assert torch.equal(fused[3][cache_rows(positions)], v.reshape(tokens, -1))
+
+
+#: (id, the arguments that differ from a valid call of 3 tokens, 4 q and 2 k heads of 64, the
+#: message): a size the launcher fixed names the argument it comes from.
+MISMATCHES = [
+    ("k-head_dim-of-q", dict(k=(3, 2, 128)), r"^'k': dimension 2 \('head_dim'\) expected 64 \(q's last dimension\), "
+     r"got 128"),
+    ("v-head_dim-of-q", dict(v=(3, 2, 128)), r"^'v': dimension 2 \('head_dim'\) expected 64 \(q's last dimension\)"),
+    ("k-head_dim-argument", dict(q=(3, 4 * 64), k=(3, 2, 128), head_dim=64),
+     r"^'k': dimension 2 \('head_dim'\) expected 64 \(the argument 'head_dim'\), got 128"),
+    ("q-rows-of-head_dim", dict(q=(3, 4 * 64 + 32), head_dim=64),
+     r"^'q': expected rows of heads \* head_dim elements with head_dim 64 \(the argument 'head_dim'\), "
+     r"got rows of 288"),
+    ("cache-heads", dict(k_cache=(8, 4, 32)), r"^'k_cache': dimension 1 \('heads'\) expected 2 \(k's heads\), got 4"),
+    ("cache-head_dim", dict(k_cache=(8, 2, 128)),
+     r"^'k_cache': dimension 2 \('head_dim'\) expected 64 \(q's last dimension\), got 128"),
+    ("cache-row", dict(v_cache=(8, 256)),
+     r"^'v_cache': dimension 1 \('row_elems'\) expected 128 \(k's heads x head_dim\), got 256"),
+]
+
+
+@pytest.mark.parametrize("change, msg", [m[1:] for m in MISMATCHES], ids=[m[0] for m in MISMATCHES])
+def test_a_mismatched_size_names_the_argument_it_comes_from(change, msg):
+    shapes = dict(q=(3, 4, 64), k=(3, 2, 64), v=(3, 2, 64), k_cache=(8, 2 * 64), v_cache=(8, 2 * 64))
+    shapes.update({n: s for n, s in change.items() if n != "head_dim"})
+    t = {n: rope.rand(s, fp16, i) for i, (n, s) in enumerate(shapes.items())}
+    before = {n: x.clone() for n, x in t.items()}
+    with pytest.raises(ValueError, match=msg) as e:
+        rotary_embedding_store(torch.tensor([1, 2, 3]), t["q"], t["k"], t["v"], rope.make_cache(64, fp16),
+                               t["k_cache"], t["v_cache"], torch.tensor([0, 2, 5]), False,
+                               head_dim=change.get("head_dim"))
+    assert "set_value" not in str(e.value)
+    assert all(torch.equal(t[n], before[n]) for n in t)
+
+
 def test_no_tokens_is_a_no_op_and_the_custom_op_runs_the_kernel():
     empty = torch.empty(0, 1, 128, dtype=bf16)
     kc = rope.rand((POOL, 128), bf16, 27)
@@ -204,7 +257,7 @@ def test_traced_by_torch_compile_as_one_mutating_op():
 def rope_store_params(draw):
     return dict(draw(rope.rope_params()),
                 v_rank=draw(st.sampled_from([2, 3])),
-                v_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
+                v_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
                 cache_rank=draw(st.sampled_from([2, 3])),
                 kv_cache_layout=draw(st.sampled_from(["contiguous", "offset", "padded"])),
                 pool=draw(st.sampled_from([1, 8, 40])),
@@ -215,7 +268,10 @@ def rope_store_args(a: Arena, p: dict) -> dict:
     args = rope.rope_args(a, p)
     dt, n, pool = p["dtype"], p["n"], p["pool"]
     shape = rope.heads_shape(p, p["k_heads"], p["v_rank"])
-    args["v"] = rope.filled(a, a.tensor(shape, dt, p["v_layout"]), torch.randn(shape, generator=a.gen).to(dt))
+    args["v"] = a.tensor(shape, dt, p["v_layout"])
+    # An expanded v's tokens are one token's memory: fill that one.
+    rows = args["v"][:1] if p["v_layout"] == "expand" else args["v"]
+    rope.filled(a, rows, torch.randn(rows.shape, generator=a.gen).to(dt))
     for name in ("k_cache", "v_cache"):
         args[name] = a.tensor(_kv_cache_shape(p), dt, p["kv_cache_layout"])
     perm = torch.randperm(pool, generator=a.gen).tolist()

@@ -27,6 +27,7 @@ def mod():
             ("match_unnamed", "match_unnamed"),
             ("match_shape_of", "match_shape_of"),
             ("match_heads", "match_heads"),
+            ("match_pinned", "match_pinned"),
             ("footprints_overlap", "footprints_overlap"),
             ("refuse_overlap", "refuse_overlap"),
             ("check_positive", "check_positive"),
@@ -51,6 +52,16 @@ def test_fixed_dimension_mismatch(mod):
 def test_symbolic_dimension_bound_by_first_tensor(mod):
     with pytest.raises(ValueError, match=r"'b': dimension 0 \('num_tokens'\) expected 3 \(from 'a'\), got 2"):
         mod.match_pair(torch.zeros(3, 4), torch.zeros(2, 4))
+
+
+def test_a_pinned_size_names_where_it_comes_from(mod):
+    """``set_value(4, "w's length")``: a mismatch names the argument the size came from, never
+    the method that set it."""
+    mod.match_pinned(torch.zeros(4), True)
+    with pytest.raises(ValueError, match=r"^'t': dimension 0 \('n'\) expected 4 \(w's length\), got 3 "):
+        mod.match_pinned(torch.zeros(3), True)
+    with pytest.raises(ValueError, match=r"^'t': dimension 0 \('n'\) expected 4 \(set by the launcher\), got 3 "):
+        mod.match_pinned(torch.zeros(3), False)
 
 
 def test_rank_mismatch(mod):

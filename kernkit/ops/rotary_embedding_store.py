@@ -51,7 +51,8 @@ def rotary_embedding_store(positions: torch.Tensor, q: torch.Tensor, k: torch.Te
         As in ``rotary_embedding`` (2-d or 3-d, float16, bfloat16 or float32, any token stride);
         rotated in place.
     v
-        Like ``k``: its heads, ``head_dim`` and dtype, its own strides. Only read.
+        Like ``k``: its heads, ``head_dim`` and dtype, its own strides, which may repeat memory
+        (an ``expand``-ed v). Only read.
     cos_sin_cache
         ``[max_position, rot_dim]``, contiguous, float32 or q's dtype; ``rot_dim <= head_dim``
         (partial rotary: the elements after ``rot_dim`` are stored unrotated).

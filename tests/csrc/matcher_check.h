@@ -53,6 +53,18 @@ inline int64_t match_heads(tvm::ffi::TensorView t) {
   return S.has_value() ? S.unwrap() : -1;
 }
 
+/// `[4]`, with the size pinned by `set_value`: with a description of where 4 comes from, or without.
+inline void match_pinned(tvm::ffi::TensorView t, bool described) {
+  using namespace host;
+  SymbolicSize n{"n"};
+  if (described) {
+    n.set_value(4, "w's length");
+  } else {
+    n.set_value(4);
+  }
+  TensorMatcher({n}).verify(t, "t");
+}
+
 /// Whether the footprints of `a` and `b` overlap (`host::Footprint`).
 inline bool footprints_overlap(tvm::ffi::TensorView a, tvm::ffi::TensorView b) {
   return overlap(host::Footprint(a), host::Footprint(b));

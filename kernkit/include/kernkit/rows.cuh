@@ -299,18 +299,24 @@ struct HeadsView {
   int64_t head_stride;   ///< Elements between heads (0 when there is one head).
 };
 
-/// \brief Verify a tensor of heads (q or k of rope and qk_norm): `[tokens, heads * head_dim]` or
-/// `[tokens, heads, head_dim]` of dtype `T`, `head_dim` contiguous, any token (and head) stride
-/// that keeps the heads apart.
+/// \brief Verify a tensor of heads (q or k of rope and qk_norm, v of rope's store):
+/// `[tokens, heads * head_dim]` or `[tokens, heads, head_dim]` of dtype `T`, `head_dim`
+/// contiguous, any token and head strides; those of a tensor the kernel writes keep its heads
+/// apart.
 /// \param t The tensor.
 /// \param role Its name in messages.
 /// \param num_tokens Tokens, shared with the other tensors.
 /// \param head_dim Elements per head.
+/// \param head_dim_from Where `head_dim` comes from, in the caller's terms, for messages
+/// (`q_weight's length`, `the argument 'head_dim'`): a literal.
 /// \param device The device, shared with the other tensors.
+/// \param written Whether the kernel writes `t`: its heads must then not share elements (a
+/// tensor it only reads may repeat them, as an `expand`-ed one does).
 /// \return The view's layout.
 template <typename T>
 inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_tokens,
-                              int64_t head_dim, SymbolicDevice& device) {
+                              int64_t head_dim, const char* head_dim_from, SymbolicDevice& device,
+                              bool written = true) {
   const int64_t ndim = t.ndim();
   KERNKIT_CHECK(ndim == 2 || ndim == 3, ValueError)
       << "'" << role << "': expected a 2-d [tokens, heads * head_dim] or 3-d [tokens, heads, head_dim] tensor, got "
@@ -319,15 +325,15 @@ inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, S
   SymbolicSize head_stride{"head_stride"};
   SymbolicSize heads{"heads"};
   SymbolicSize dim{"head_dim"};
-  dim.set_value(head_dim);
+  dim.set_value(head_dim, head_dim_from);
   int64_t num_heads = 0;
   if (ndim == 2) {
     TensorMatcher({num_tokens, -1}).with_strides({token_stride, 1}).with_device<kDLCUDA>(device).with_dtype<T>()
         .verify(t, role);
     const int64_t width = t.shape()[1];
     KERNKIT_CHECK(width > 0 && width % head_dim == 0, ValueError)
-        << "'" << role << "': expected rows of heads * head_dim elements with head_dim " << head_dim << ", got rows of "
-        << width;
+        << "'" << role << "': expected rows of heads * head_dim elements with head_dim " << head_dim << " ("
+        << head_dim_from << "), got rows of " << width;
     num_heads = width / head_dim;
   } else {
     TensorMatcher({num_tokens, heads, dim}).with_strides({token_stride, head_stride, 1}).with_device<kDLCUDA>(device)
@@ -339,9 +345,10 @@ inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, S
   }
   const int64_t hs = ndim == 2 ? head_dim : (head_stride.has_value() ? head_stride.unwrap() : 0);
   const int64_t ts = token_stride.has_value() ? token_stride.unwrap() : 0;
-  // Heads and tokens must not share elements: the kernel writes each of them.
+  // Heads and tokens the kernel writes must not share elements: it writes each of them.
   const int64_t row_span = (num_heads - 1) * hs + head_dim;
-  KERNKIT_CHECK((num_heads == 1 || hs >= head_dim) && (num_tokens.unwrap() <= 1 || ts >= row_span), ValueError)
+  KERNKIT_CHECK(!written || ((num_heads == 1 || hs >= head_dim) && (num_tokens.unwrap() <= 1 || ts >= row_span)),
+                ValueError)
       << "'" << role << "': its heads overlap in memory or run backwards (strides "
       << detail::format_list(t.strides()) << " for heads of " << head_dim
       << " elements), and the kernel writes them: pass " << role << ".contiguous()";

@@ -124,6 +124,16 @@ struct Who {
   }
 };
 
+/// Where a symbolic size's value came from, for messages: `from 'v'` (the tensor that bound it),
+/// or the text `set_value` was given (`q_weight's length`).
+struct Origin {
+  const Who& tensor;
+  const char* set_from;
+  friend std::ostream& operator<<(std::ostream& os, const Origin& o) {
+    return o.set_from ? os << o.set_from : os << "from " << o.tensor;
+  }
+};
+
 template <typename Seq>
 inline std::string format_list(const Seq& seq) {
   std::ostringstream os;
@@ -166,10 +176,12 @@ class SymbolicSize {
 
   /// \brief Pin the value before verification; tensors must then match it.
   /// \param value The required value.
-  void set_value(int64_t value) {
+  /// \param from What the value comes from, in the caller's terms, for messages: a mismatch
+  /// says `expected 64 (q_weight's length), got 128`. It is referenced, not copied (a literal).
+  void set_value(int64_t value, const char* from = "set by the launcher") {
     value_ = value;
     bound_ = true;
-    bound_by_ = detail::Who{"set_value", 0};
+    set_from_ = from ? from : "set by the launcher";
   }
   /// \brief Whether a value is bound.
   bool has_value() const { return bound_; }
@@ -187,7 +199,8 @@ class SymbolicSize {
   const char* name_;
   int64_t value_ = 0;
   bool bound_ = false;
-  detail::Who bound_by_;
+  detail::Who bound_by_;            // The tensor that bound the value...
+  const char* set_from_ = nullptr;  // ...or what `set_value` said it comes from.
 };
 
 /// \brief The most options a `SymbolicDType`, a `SymbolicDevice` or a `TensorMatcher`'s
@@ -378,8 +391,9 @@ class TensorMatcher {
       return;
     }
     KERNKIT_CHECK(sym.value_ == actual, ValueError)
-        << who << ": " << what << " " << i << " ('" << sym.name_ << "') expected " << sym.value_ << " (from "
-        << sym.bound_by_ << "), got " << actual << " (" << what << "s " << detail::format_list(all) << ")";
+        << who << ": " << what << " " << i << " ('" << sym.name_ << "') expected " << sym.value_ << " ("
+        << detail::Origin{sym.bound_by_, sym.set_from_} << "), got " << actual << " (" << what << "s "
+        << detail::format_list(all) << ")";
   }
 
   KERNKIT_HOST_HELPER void check_dtype(DLDataType dtype, const detail::Who& who) const;

@@ -86,8 +86,8 @@ __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThr
 namespace host {
 namespace norm {
 
-/// \brief Verify q or k (`rows::verify_heads`) for 16-byte vectors: the first element and both
-/// strides on 16-byte boundaries.
+/// \brief Verify q or k (`rows::verify_heads`, heads of `kHeadDim`: q_weight's length) for
+/// 16-byte vectors: the first element and both strides on 16-byte boundaries.
 /// \param t The tensor.
 /// \param role Its argument name.
 /// \param num_tokens Tokens, shared by q and k.
@@ -96,7 +96,7 @@ namespace norm {
 template <typename T, int64_t kHeadDim>
 inline rows::HeadsView verify_qk_heads(const tvm::ffi::TensorView& t, const char* role, SymbolicSize& num_tokens,
                                        SymbolicDevice& device) {
-  const auto h = rows::verify_heads<T>(t, role, num_tokens, kHeadDim, device);
+  const auto h = rows::verify_heads<T>(t, role, num_tokens, kHeadDim, "q_weight's length", device);
   const uint64_t bits = reinterpret_cast<uintptr_t>(h.data) |
                         static_cast<uint64_t>(h.token_stride | h.head_stride) * sizeof(T);
   KERNKIT_CHECK(bits % 16 == 0, ValueError)
@@ -135,8 +135,8 @@ void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorVie
   const auto qh = norm::verify_qk_heads<T, kHeadDim>(q, "q", num_tokens, device);
   const auto kh = norm::verify_qk_heads<T, kHeadDim>(k, "k", num_tokens, device);
   const DLDevice dev = device.unwrap();
-  norm::verify_weight<T, kHeadDim>(q_weight, "q_weight");
-  norm::verify_weight<T, kHeadDim>(k_weight, "k_weight");
+  norm::verify_weight<T, kHeadDim>(q_weight, "q_weight", "q_weight's length");
+  norm::verify_weight<T, kHeadDim>(k_weight, "k_weight", "q_weight's length");
   rows::check_same_device(q_weight, "q_weight", dev, "q");
   rows::check_same_device(k_weight, "k_weight", dev, "q");
   norm::check_eps(eps);

@@ -376,11 +376,14 @@ inline rows::FlatRows verify_norm_rows(const tvm::ffi::TensorView& t, const char
 /// \tparam kHidden Elements per row.
 /// \param weight The tensor.
 /// \param role Its argument name.
+/// \param length_from Where `kHidden` comes from, in the caller's terms, for messages: a literal.
 /// \return Its device.
 template <typename T, int64_t kHidden>
-inline DLDevice verify_weight(const tvm::ffi::TensorView& weight, const char* role = "weight") {
+inline DLDevice verify_weight(const tvm::ffi::TensorView& weight, const char* role, const char* length_from) {
   SymbolicDevice device;
-  TensorMatcher({kHidden}).with_device<kDLCUDA>(device).with_dtype<T>().verify(weight, role);
+  SymbolicSize length{"length"};
+  length.set_value(kHidden, length_from);
+  TensorMatcher({length}).with_device<kDLCUDA>(device).with_dtype<T>().verify(weight, role);
   KERNKIT_CHECK(reinterpret_cast<uintptr_t>(data_ptr<const T>(weight)) % 16 == 0, ValueError)
       << "'" << role << "': must start on a 16-byte boundary (the kernel moves 16-byte vectors)";
   return device.unwrap();
@@ -417,7 +420,7 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
   const auto xr = verify_norm_rows<T, kHidden>(x, "x", x_written);
   const auto orows = verify_norm_rows<T, kHidden>(other, other_role, true);
   rows::check_rows_like(other, other_role, x, "x", kHidden);
-  const DLDevice device = verify_weight<T, kHidden>(weight);
+  const DLDevice device = verify_weight<T, kHidden>(weight, "weight", "x's last dimension");
   rows::check_same_device(x, "x", device, "weight");
   rows::check_same_device(other, other_role, device, "weight");
   check_eps(eps);

@@ -284,6 +284,13 @@ inline constexpr int kPairsFull = ::kernkit::device::rope::kPairsFull;
 inline constexpr int64_t kManyHeads = 32;
 inline constexpr int64_t kFewTokens = 256;
 
+/// \brief Where a rope launcher's `head_dim` comes from, in the caller's terms, for messages.
+/// \param head_dim The launcher's argument: -1 when not given (a 3-d q's last dimension).
+/// \return A literal.
+inline const char* head_dim_from(int64_t head_dim) {
+  return head_dim == -1 ? "q's last dimension" : "the argument 'head_dim'";
+}
+
 /// \brief Verify what both rope launchers take, and gather it: `head_dim` (-1, not given: a 3-d
 /// q's last dimension; refused for a 2-d q, whose rows do not say where a head ends) against the
 /// rotary dimension, the positions (`[tokens]`, int32 or int64, binding the tokens), q and k
@@ -296,6 +303,7 @@ inline RotaryParams verify_rope(const tvm::ffi::TensorView& positions, const tvm
                                 int64_t& head_dim, SymbolicSize& num_tokens, SymbolicDevice& device) {
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
                 "rope: T must be fp16_t, bf16_t or fp32_t");
+  const char* const from = head_dim_from(head_dim);
   if (head_dim == -1) {
     KERNKIT_CHECK(q.ndim() != 2, ValueError)
         << "'head_dim': required when q is 2-d ([tokens, heads * head_dim]), whose rows do not say where a head "
@@ -308,8 +316,8 @@ inline RotaryParams verify_rope(const tvm::ffi::TensorView& positions, const tvm
   device.set_options<kDLCUDA>();
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(positions,
                                                                                                  "positions");
-  const auto qv = rows::verify_heads<T>(q, "q", num_tokens, head_dim, device);
-  const auto kv = rows::verify_heads<T>(k, "k", num_tokens, head_dim, device);
+  const auto qv = rows::verify_heads<T>(q, "q", num_tokens, head_dim, from, device);
+  const auto kv = rows::verify_heads<T>(k, "k", num_tokens, head_dim, from, device);
   SymbolicSize max_position{"max_position"};
   TensorMatcher({max_position, kRotDim}).with_device<kDLCUDA>(device).with_dtype<fp32_t, T>()
       .verify(cos_sin_cache, "cos_sin_cache");

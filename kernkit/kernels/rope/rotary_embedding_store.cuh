@@ -131,7 +131,8 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
 /// \param positions int32 or int64 `[tokens]`; tokens out of range are not rotated.
 /// \param q `[tokens, q_heads * head_dim]` or `[tokens, q_heads, head_dim]`, rotated in place.
 /// \param k `[tokens, k_heads * head_dim]` or `[tokens, k_heads, head_dim]`, rotated in place.
-/// \param v Like `k` (its heads and head_dim, its own strides): only read.
+/// \param v Like `k` (its heads and head_dim, its own strides, which may repeat elements, as an
+/// `expand`-ed tensor's do): only read.
 /// \param cos_sin_cache `[max_position, kRotDim]`, contiguous, fp32 or `T`: cos then sin.
 /// \param k_cache `[pool, k_heads * head_dim]` or `[pool, k_heads, head_dim]` of `T`, each row
 /// contiguous, any row stride: row `out_loc[i]` receives token i's rotated k.
@@ -146,9 +147,10 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
   using namespace host;
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicDevice device;
+  const char* const head_dim_from = rope::head_dim_from(head_dim);
   const RotaryParams rp = rope::verify_rope<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
   const int64_t k_heads = rp.k_heads;
-  const auto vv = rows::verify_heads<T>(v, "v", num_tokens, head_dim, device);
+  const auto vv = rows::verify_heads<T>(v, "v", num_tokens, head_dim, head_dim_from, device, /*written=*/false);
   KERNKIT_CHECK(vv.heads == k_heads, ValueError)
       << "'v': expected the heads of k (" << k_heads << " of " << head_dim << " elements), got " << vv.heads;
   TensorMatcher({num_tokens}).with_device<kDLCUDA>(device).with_dtype<int32_t, int64_t>().verify(out_loc, "out_loc");
@@ -157,9 +159,9 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
   SymbolicDType dtype;
   dtype.set_options<T>();
   rows::RowShape row;
-  row.heads.set_value(k_heads);
-  row.head_dim.set_value(head_dim);
-  row.elems.set_value(k_heads * head_dim);
+  row.heads.set_value(k_heads, "k's heads");
+  row.head_dim.set_value(head_dim, head_dim_from);
+  row.elems.set_value(k_heads * head_dim, "k's heads x head_dim");
   const auto kc = rows::verify_rows(k_cache, "k_cache", k_heads * head_dim, pool, row, dtype, device, true);
   const auto vc = rows::verify_rows(v_cache, "v_cache", k_heads * head_dim, pool, row, dtype, device, true);
   check_no_overlap({{q, "q"}, {k, "k"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}},

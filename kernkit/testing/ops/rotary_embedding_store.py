@@ -119,8 +119,11 @@ def _kv_cache_bad(arg: str) -> list[Bad]:
     ]
 
 
-ROPE_STORE_BAD = rope.ROPE_BAD + [b for b in rope.heads_bad("v")
-                                  if b.what not in ("requires grad", "inference tensor")] + [
+# v is only read: grad and inference flags do not matter, and an expanded v (heads or tokens
+# repeating memory) is a valid call.
+ROPE_STORE_BAD = rope.ROPE_BAD + [
+    b for b in rope.heads_bad("v") if b.what not in ("requires grad", "inference tensor", "overlapping heads (expand)")
+] + [
     Bad("v", "heads unlike k's", ValueError,
         lambda a, p, d: a.tensor(rope.heads_shape(p, p["k_heads"] + 1, 3), p["dtype"])),
     Bad("out_loc", "dtype", TypeError, lambda a, p, d: a.tensor((p["n"],), d.draw(st.sampled_from(BAD_INDEX_DTYPES)))),

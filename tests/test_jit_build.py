@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from kernkit.jit import CacheDirError, CompileError, JitDisabledError, JitSpec, load_jit, make_cpp_args
+from kernkit.jit import cache as jit_cache
 
 REPO = Path(__file__).resolve().parent.parent
 CSRC = REPO / "tests" / "csrc"
@@ -106,6 +107,126 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_seen(tmp_path, fresh_cache, 
     assert dep.stat().st_size == st.st_size and dep.stat().st_mtime_ns == st.st_mtime_ns
     _spec(src).build()
     assert counting_cxx() == 2
+
+
+BUMP_SRC = """\
+#pragma once
+#include <kernkit/tensor.h>
+#include <kernkit/utils.cuh>
+#include "{amount}"
+
+namespace kernkit {{
+template <typename T>
+__global__ void bump_kernel(T* __restrict__ x, int64_t n) {{
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = static_cast<T>(static_cast<float>(x[i]) + static_cast<float>(kAmount));
+}}
+
+template <typename T>
+struct Bump {{
+  static void run(tvm::ffi::TensorView x) {{
+    using namespace host;
+    SymbolicSize N{{"num_elements"}};
+    SymbolicDevice device;
+    TensorMatcher({{N}}).with_device<kDLCUDA>(device).with_dtype<T>().verify(x, "x");
+    const int64_t n = N.unwrap();
+    if (n == 0) return;
+    LaunchKernel(static_cast<uint32_t>(div_ceil(n, int64_t{{256}})), 256, device.unwrap())(
+        bump_kernel<T>, host::data_ptr<T>(x), n);
+  }}
+}};
+}}  // namespace kernkit
+"""
+
+
+def _amount(n: int) -> str:
+    return f"#pragma once\n#include <cstdint>\nconstexpr int32_t kAmount = {n};\n"
+
+
+def _bump_spec(project: Path, amount: str) -> JitSpec:
+    """An emulator build of a kernel in ``project`` that adds the ``kAmount`` of ``amount`` (a
+    header's path there)."""
+    src = project / "bump.cuh"
+    src.write_text(BUMP_SRC.format(amount=amount))
+    return JitSpec.make("bump", "fp32_t", cuda_files=[str(src)], cuda_wrappers=[("run", "Bump<fp32_t>::run")],
+                        backend="emu", kernel_root=project)
+
+
+def _bumped(spec: JitSpec) -> float:
+    x = torch.zeros(4)
+    spec.build_and_load().run(x)
+    return float(x[0])
+
+
+@pytest.mark.parametrize("amount", ["amount.h", "detail/amount.h"])
+def test_a_header_saved_while_the_build_runs_is_built_again_never_published_stale(tmp_path, fresh_cache,
+                                                                                   monkeypatch, amount):
+    """A header saved after the compile read it, before the build's record hashed it: that build
+    is not published (its library holds the old code, the record would name the new), and the
+    build runs again and publishes the new code, which later loads find. Beside the kernel the
+    header is in the snapshot taken before the build; in a folder of its own, it is not, and
+    its change time after the build began tells (the slack for clocks set to 0 here)."""
+    import kernkit.jit.backends.emu as emu
+
+    monkeypatch.setattr(sys.modules["kernkit.jit.spec"], "CHANGE_SLACK_NS", 0, raising=False)
+    project = tmp_path / "project"
+    header = project / amount
+    header.parent.mkdir(parents=True)
+    header.write_text(_amount(1))
+    spec = _bump_spec(project, amount)
+    builds: list[Path] = []
+    real = emu.run_ninja
+
+    def run_then_save(build_dir, title, object_key=None):
+        real(build_dir, title, object_key)
+        builds.append(build_dir)
+        if len(builds) == 1:  # compiled and linked with kAmount = 1; then an editor saves 5
+            header.write_text(_amount(5))
+
+    monkeypatch.setattr(emu, "run_ninja", run_then_save)
+    assert _bumped(spec) == 5.0
+    assert len(builds) == 2, "the build that read the old header was made again"
+    (lib,) = _builds(fresh_cache, "bump")
+    (recorded,) = [d for d in json.loads((lib.parent / "meta.json").read_text())["deps"] if d[0].endswith(amount)]
+    assert recorded[-1] == jit_cache.sha256(header)
+    assert spec.build() == lib and len(builds) == 2, "a later load finds the new build, compiling nothing"
+
+
+def test_an_unchanged_tree_builds_once(tmp_path, fresh_cache, monkeypatch):
+    """Headers beside the kernel and in a folder of their own, written before the build and not
+    touched during it: one compile, with the slack for clocks as it ships."""
+    import kernkit.jit.backends.emu as emu
+
+    project = tmp_path / "project"
+    (project / "detail").mkdir(parents=True)
+    (project / "detail" / "amount.h").write_text(_amount(3))
+    time.sleep(1.1)  # older than the slack: written before the build, as a project's files are
+    builds: list[Path] = []
+    real = emu.run_ninja
+    monkeypatch.setattr(emu, "run_ninja", lambda *a: (builds.append(a[0]), real(*a))[1])
+    assert _bumped(_bump_spec(project, "detail/amount.h")) == 3.0 and len(builds) == 1
+
+
+def test_a_header_saved_during_every_build_fails_it_and_publishes_nothing(tmp_path, fresh_cache, monkeypatch):
+    """A header rewritten during each of ``BUILD_ATTEMPTS`` builds (a generator saving it in a
+    loop): a CompileError naming it, and nothing published; once it stops, the build succeeds."""
+    import kernkit.jit.backends.base as base
+
+    src = _write_user_kernel(tmp_path, offset=1)
+    dep = tmp_path / "dep.h"
+    real = base.run_ninja
+
+    def run_then_save(build_dir, title, object_key=None):
+        real(build_dir, title, object_key)
+        dep.write_text(dep.read_text() + "// saved again\n")
+
+    monkeypatch.setattr(base, "run_ninja", run_then_save)
+    with pytest.raises(CompileError, match=rf"{dep} changed while answer was built, in each of 3 builds: nothing "
+                                           "was published"):
+        _spec(src).build()
+    assert _builds(fresh_cache) == [] and not list((fresh_cache / "v2" / ".staging").iterdir())
+    monkeypatch.setattr(base, "run_ninja", real)
+    assert _spec(src).build_and_load().answer(1) == 2
 
 
 def test_a_changed_compiler_rebuilds_and_a_missing_one_loads_what_is_there(tmp_path, fresh_cache, counting_cxx,

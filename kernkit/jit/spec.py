@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -28,7 +28,16 @@ from .backends import BACKENDS, HOST, default_backend
 from .backends.base import CXX_FLAGS, Backend, CompileError, ToolchainError, find_cxx, stamp, version
 from .config import EMU_SANITIZE_VAR, FREEZE_VAR, JIT_VAR, emu_sanitizers, frozen, jit_enabled, shared_dirs
 from .memo import requester
-from .paths import KERNELS_DIR, LIB_NAME, PACKAGE_ROOT, ROOT_PREFIX, root_name, shipped_name
+from .paths import (
+    EMU_INCLUDE_DIR,
+    INCLUDE_DIR,
+    KERNELS_DIR,
+    LIB_NAME,
+    PACKAGE_ROOT,
+    ROOT_PREFIX,
+    root_name,
+    shipped_name,
+)
 
 logger = logging.getLogger("kernkit.jit")
 
@@ -37,6 +46,13 @@ _SAFE = re.compile(r"[^A-Za-z0-9_.+=-]+")
 
 #: ``paths.root_name``, once per file and root in a process: a warm ``load_jit`` resolves no path.
 _root_name = lru_cache(maxsize=1024)(root_name)
+
+#: How many times a build whose headers changed while it ran is made again before it fails.
+BUILD_ATTEMPTS = 3
+#: A header that the snapshot before a build did not cover counts as changed during the build
+#: when it changed less than this before the build began: file times come from a clock that lags
+#: ``time.time_ns``'s by up to a tick, and some file systems keep whole seconds.
+CHANGE_SLACK_NS = 1_000_000_000
 
 
 class JitDisabledError(RuntimeError):
@@ -441,11 +457,60 @@ class JitSpec:
         return None
 
     def _compile(self, backend: Backend, compilers: list[str]) -> Path:
-        staging = cache.staging_dir(self.key)
+        """Build, and publish the build whose headers were the same from before its compile until
+        its record holds them (``_changed_during``); a build that read a header changed meanwhile
+        (saved by an editor, a ``git checkout``) is made again, up to ``BUILD_ATTEMPTS`` times."""
         start = time.perf_counter()
+        known: list[Path] = []
+        for attempt in range(1, BUILD_ATTEMPTS + 1):
+            began = time.time_ns()
+            before = _stat_files(self._expected_reads(known))
+            staging, headers, deps, tools = self._build_once(backend, compilers)
+            changed = _changed_during(headers, deps, before, began)
+            if not changed:
+                break
+            if attempt == BUILD_ATTEMPTS:
+                kept = cache.keep_failed(staging, cache.root() / ".failed" /
+                                         f"{self.key_dir.parent.name}-{self.key[:16]}")
+                why = (f"kernkit: {changed[0]} changed while {self.title} was built, in each of {attempt} builds: "
+                       "nothing was published; build again once it no longer changes")
+                raise CompileError(self.title, str(kept / "build.ninja"), "", [why], why)
+            cache.discard(staging)
+            known = headers
+            _announce("kernkit: %s changed while %s was built: building it again", changed[0], self.label)
+        seconds = time.perf_counter() - start
+        meta = {"title": self.title, "backend": self.backend, "arch": str(self.arch) if self.arch else None,
+                "key": self.key, "kernkit": __version__, "tvm_ffi": tvm_ffi.__version__, "deps": deps,
+                "compilers": tools, "built_at": time.time(), "build_seconds": round(seconds, 3),
+                "host": socket.gethostname(), "package": str(PACKAGE_ROOT), "request": manifest.request(self)}
+        build_id = hashlib.sha256(json.dumps([[d[0], d[-1]] for d in deps] + [t["stamp"] for t in tools])
+                                  .encode()).hexdigest()[:12]
+        try:
+            final = cache.publish(staging, self.key_dir / build_id, meta)
+        except cache.CacheDirError:
+            cache.discard(staging)
+            raise
+        _announce("kernkit: compiled %s in %.1f s", self.label, seconds)  # args[0] starts with the title
+        return final / LIB_NAME
+
+    def _expected_reads(self, known: Iterable[Path]) -> list[str]:
+        """The files a build of this spec is expected to read, listed before it reads them:
+        kernkit's headers and kernels, the files of the ``extra_include_paths``, the spec's files
+        and the files beside them, and ``known`` (what an earlier attempt read)."""
+        trees: list[str | Path] = [INCLUDE_DIR, KERNELS_DIR, EMU_INCLUDE_DIR, *self.extra_include_paths]
+        beside = dict.fromkeys(os.path.dirname(f) for f in (*self.cuda_files, *self.cpp_files))
+        return [*(f for tree in trees for f in _files_in(tree, recursive=True)),
+                *(f for folder in beside for f in _files_in(folder, recursive=False)),
+                *self.cuda_files, *self.cpp_files, *map(str, known)]
+
+    def _build_once(self, backend: Backend, compilers: list[str]) -> tuple[Path, list[Path], list, list[dict]]:
+        """Compile and link in a new staging directory; return it, the headers the build read, their
+        records (None for one that is gone) and the compilers'. A failed build is kept in
+        ``.failed/`` (``CompileError``) or discarded."""
+        staging = cache.staging_dir(self.key)
         try:
             headers = backend.build(self, compilers, staging)
-            deps = [cache.file_record(h, self.kernel_root) for h in headers]
+            deps = [_record_of(h, self.kernel_root) for h in headers]
             tools = [{"path": c, "stamp": stamp(c), "version": version(c)} for c in compilers]
         except CompileError as e:
             full = next((ln for ln in e.log.splitlines() if "No space left" in ln or "quota exceeded" in ln), "")
@@ -464,20 +529,7 @@ class JitSpec:
         except BaseException:
             cache.discard(staging)
             raise
-        seconds = time.perf_counter() - start
-        meta = {"title": self.title, "backend": self.backend, "arch": str(self.arch) if self.arch else None,
-                "key": self.key, "kernkit": __version__, "tvm_ffi": tvm_ffi.__version__, "deps": deps,
-                "compilers": tools, "built_at": time.time(), "build_seconds": round(seconds, 3),
-                "host": socket.gethostname(), "package": str(PACKAGE_ROOT), "request": manifest.request(self)}
-        build_id = hashlib.sha256(json.dumps([[d[0], d[-1]] for d in deps] + [t["stamp"] for t in tools])
-                                  .encode()).hexdigest()[:12]
-        try:
-            final = cache.publish(staging, self.key_dir / build_id, meta)
-        except cache.CacheDirError:
-            cache.discard(staging)
-            raise
-        _announce("kernkit: compiled %s in %.1f s", self.label, seconds)  # args[0] starts with the title
-        return final / LIB_NAME
+        return staging, headers, deps, tools
 
     def build_and_load(self) -> tvm_ffi.Module:
         """The loaded module, built first when needed (``build`` says what it raises; an
@@ -505,6 +557,65 @@ def _check_asan_runtime(title: str) -> None:
                        f"which loads only into a process started with the ASan runtime first (and libstdc++ with it); "
                        f"start it as: LD_PRELOAD=\"{' '.join(libs)}\" ASAN_OPTIONS=detect_leaks=0 python ... "
                        f"(docs/emulator.md), or unset {EMU_SANITIZE_VAR}")
+
+
+def _files_in(folder: str | Path, recursive: bool) -> Iterator[str]:
+    """The files of ``folder``, and of its subfolders with ``recursive``; none where it cannot be read."""
+    if recursive:
+        for top, _, names in os.walk(folder):
+            yield from (os.path.join(top, name) for name in names)
+        return
+    try:
+        with os.scandir(folder) as entries:
+            yield from (e.path for e in entries if e.is_file())
+    except OSError:
+        return
+
+
+def _stat_files(paths: Iterable[str]) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """``(device, inode) -> (size, mtime_ns, ctime_ns)`` of each of ``paths`` that is there: the
+    state of a build's expected reads before it starts, however its compilers name the files."""
+    found = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found[(st.st_dev, st.st_ino)] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return found
+
+
+def _record_of(header: Path, root: str | None) -> list | None:
+    """``cache.file_record`` of a header a build read; None when it is gone (deleted meanwhile)."""
+    try:
+        return cache.file_record(header, root)
+    except FileNotFoundError:
+        return None
+
+
+def _changed_during(headers: list[Path], deps: list, before: dict, began: int) -> list[Path]:
+    """The headers a build read that may not hold, now, what it read: gone; changed while their
+    record was taken (the stat after hashing is not the recorded one); changed since the snapshot
+    taken before the build (``before``, from ``_stat_files``); or, for one the snapshot did not
+    cover, changed less than ``CHANGE_SLACK_NS`` before the build began (``began``, from
+    ``time.time_ns``) or after. An edit always moves the change time, which no tool restores."""
+    changed = []
+    for header, dep in zip(headers, deps, strict=True):
+        try:
+            st = os.stat(header)
+        except OSError:
+            st = None
+        if dep is None or st is None or [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino] != dep[1:5]:
+            changed.append(header)
+            continue
+        was = before.get((st.st_dev, st.st_ino))
+        if was is None:
+            late = st.st_ctime_ns >= began - CHANGE_SLACK_NS
+        else:
+            late = (st.st_size, st.st_mtime_ns, st.st_ctime_ns) != was
+        if late:
+            changed.append(header)
+    return changed
 
 
 def _searched() -> list[Path]:

@@ -4,6 +4,8 @@ maker leaves nothing a later build could trip on."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +44,7 @@ def test_the_header_is_made_after_the_call_that_asks_for_it(empty_cache):
     (folder,) = _folders(empty_cache)
     assert not (folder / "prelude.h.gch").exists()  # not built inline
     maker.start()
-    assert _wait(lambda: (folder / "prelude.h.gch").is_file())
+    assert _wait(lambda: maker.made(folder, pch.GCH))  # its record: published after the file
     header = pch.header("#include <string>\n", flags, ["test"])
     assert header == folder / "prelude.h"
     unit = empty_cache / "unit.cc"
@@ -57,6 +59,7 @@ def no_makers(monkeypatch):
     """Makers are queued, never started (as in a new process: nothing asked yet)."""
     monkeypatch.setattr(maker, "_asked", set())
     monkeypatch.setattr(maker, "_queued", [])
+    monkeypatch.setattr(maker, "_intact", {}, raising=False)
     monkeypatch.setattr(maker, "start", lambda: None)
     return maker._queued
 
@@ -95,7 +98,8 @@ def test_a_maker_does_nothing_while_another_holds_the_lock(empty_cache, no_maker
 
 def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(empty_cache, no_makers):
     """While the header is being made (its lock held, no .gch) an emulator build compiles without
-    it; a damaged .gch in its place is parsed around: the results stay right."""
+    it; a damaged .gch in its place is not offered, and is asked to be made again: the results
+    stay right."""
     from kernkit.ops.scale import scale_spec
 
     x = torch.arange(8, dtype=torch.float32)
@@ -106,9 +110,92 @@ def test_an_emu_build_neither_waits_for_nor_trips_on_the_header(empty_cache, no_
     assert torch.equal(out, x * 2)
     (folder / "prelude.h.gch").write_bytes(b"gpch.013" + b"\0" * 64)  # damaged, in the right place
     (folder / "prelude.h.gch.json").write_text('{"sha256": "0"}')
+    maker._asked.clear()  # as in a new process
+    no_makers.clear()
     lib = scale_spec(torch.float16, "emu").build_and_load()
     build = next((empty_cache / "v2").glob("scale/*fp16*/*/build.ninja")).read_text()
-    assert str(folder / "prelude.h") in build  # the damaged header was offered to the compiler
+    assert str(folder / "prelude.h") not in build  # not offered: it does not match its record
+    assert [args[1] for args in no_makers] == [str(folder)]  # asked to be made again
     out16 = torch.empty(8, dtype=torch.float16)
     lib.scale(out16, x.half(), 2.0)
     assert torch.equal(out16, x.half() * 2)
+
+
+def _make_queued(queued: list[list[str]]) -> int:
+    """Run the last queued maker here, as its detached process would."""
+    args = queued.pop()
+    return maker.make(args[0], args[1], args[2], args[3:])
+
+
+def _compile_with(header: Path, flags: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    unit = tmp / "unit.cc"
+    unit.write_text("std::string f() { return \"pch\"; }\n")
+    return subprocess.run([*flags, "-H", "-include", str(header), "-c", str(unit), "-o", str(tmp / "unit.o")],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("damage", ["cut in half", "overwritten in place", "copied whole"])
+def test_a_damaged_header_is_not_offered_and_is_made_again(empty_cache, no_makers, damage):
+    """A published .gch that no longer matches its record (cut in half, as a crash before the
+    data reached the disk leaves it, or overwritten with its size kept) is not offered to the
+    compiler, which could not read it and would fail every build; a maker is asked for and
+    makes it again. One copied whole (another inode: a copied cache) is hashed and offered."""
+    flags, text = ["c++", "-std=c++17", "-O2"], "#include <string>\n"
+    assert pch.header(text, flags, ["damage"]) is None
+    assert _make_queued(no_makers) == 0
+    header = pch.header(text, flags, ["damage"])
+    gch = header.parent / pch.GCH
+    assert header is not None and _compile_with(header, flags, empty_cache).returncode == 0
+    size = gch.stat().st_size
+    if damage == "cut in half":
+        os.truncate(gch, size // 2)
+    elif damage == "overwritten in place":
+        with open(gch, "r+b") as f:
+            f.seek(size // 2)
+            f.write(b"\xff" * 4096)
+    else:
+        shutil.copyfile(gch, gch.with_name("copy"))
+        os.replace(gch.with_name("copy"), gch)
+    assert maker.made(header.parent, pch.GCH)  # the record is still there
+    maker._asked.clear()  # as in a new process
+    if damage == "copied whole":
+        assert pch.header(text, flags, ["damage"]) == header and not no_makers
+        return
+    if damage == "cut in half":  # what using it would do to every build (one overwritten may pass, or crash)
+        failed = _compile_with(header, flags, empty_cache)
+        assert failed.returncode != 0 and "cannot read PCH file" in failed.stderr
+    assert pch.header(text, flags, ["damage"]) is None
+    assert _make_queued(no_makers) == 0  # made again
+    assert maker.verified(header.parent, pch.GCH) and maker.intact(header.parent, pch.GCH)
+    assert pch.header(text, flags, ["damage"]) == header
+    used = _compile_with(header, flags, empty_cache)
+    assert used.returncode == 0 and "prelude.h.gch" in used.stderr  # -H: the new .gch was read
+
+
+def test_publishing_flushes_the_product_and_its_record_before_naming_them(tmp_path, monkeypatch):
+    """The product and its record each reach the disk (fsync) before their rename publishes them,
+    so a crash never leaves a record naming a product that is not whole."""
+    events: list[tuple[str, str]] = []
+    fsync, replace = os.fsync, os.replace
+
+    def spy_fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return fsync(fd)
+
+    def spy_replace(src, dst):
+        events.append(("replace", str(src)))
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    folder = tmp_path / "helpers" / "0123456789abcdef"
+    folder.mkdir(parents=True)
+    tmp = maker.scratch(folder, "helpers.o")
+    tmp.write_bytes(b"object" * 1000)
+    maker.publish(folder, "helpers.o", tmp)
+    renamed = [path for kind, path in events if kind == "replace"]
+    assert len(renamed) == 2 and renamed[0] == str(tmp)
+    for path in renamed:
+        assert ("fsync", path) in events[:events.index(("replace", path))], f"{path} renamed before it was flushed"
+    assert maker.intact(folder, "helpers.o") and maker.verified(folder, "helpers.o")
+

@@ -4,11 +4,12 @@ header, ``pch.py``), and the publishing of such files (also the helper object, `
 ``request`` queues a compile of ``<cache>/v2/<kind>/<key16>/<product>``; ``start`` runs the
 queued ones as detached processes (this file run as a script, at a low priority, under the
 product's lock ``.locks/<kind>-<key16>.lock``), so no build waits for one. A maker compiles to
-a private name, then publishes the product by one ``os.replace`` and its record
-(``<product>.json``: ``{"sha256": ...}``) by another, so a reader that finds the record finds
-the whole product. A compile that fails leaves ``failed.log`` and no process asks for that key
-again (delete the folder to retry); one that is killed leaves nothing, and a later build asks
-again. This file imports nothing from kernkit: it runs as a script.
+a private name, then publishes the product, flushed, by one ``os.replace`` and its record
+(``<product>.json``: its SHA-256 and stat) by another, so a reader that finds the record finds
+the whole product, after a crash too. A product that does not match its record (``intact``) is
+not used, and is made again. A compile that fails leaves ``failed.log`` and no process asks
+for that key again (delete the folder to retry); one that is killed leaves nothing, and a later
+build asks again. This file imports nothing from kernkit: it runs as a script.
 
     python maker.py <lock file> <folder> <product> <compiler and arguments>...
 """
@@ -27,6 +28,9 @@ from pathlib import Path
 _asked: set[Path] = set()
 #: The makers asked for and not started yet (``start``).
 _queued: list[list[str]] = []
+#: The published files this process found whole by their SHA-256 (``intact``), with the stat
+#: each had then.
+_intact: dict[Path, tuple[int, int, int, int]] = {}
 
 
 def request(folder: Path, product: str, command: list[str]) -> None:
@@ -87,13 +91,54 @@ def made(folder: Path, product: str) -> bool:
     return (folder / f"{product}.json").is_file()
 
 
+def _record(folder: Path, product: str) -> dict | None:
+    """The record of ``folder/product`` (``publish``), None when there is none that reads as one
+    (a few hundred bytes: a longer or deeper file is not one)."""
+    try:
+        with open(folder / f"{product}.json", "rb") as f:
+            record = json.loads(f.read(4096))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return record if type(record) is dict and type(record.get("sha256")) is str else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def verified(folder: Path, product: str, copy: Path | None = None) -> bool:
     """Whether ``copy`` (default: ``folder/product``) has the SHA-256 its record names."""
+    record = _record(folder, product)
     try:
-        want = json.loads((folder / f"{product}.json").read_text())["sha256"]
-        return hashlib.sha256((copy or folder / product).read_bytes()).hexdigest() == want
-    except (OSError, ValueError, KeyError, TypeError):
+        return record is not None and _sha256(copy or folder / product) == record["sha256"]
+    except OSError:
         return False
+
+
+def intact(folder: Path, product: str) -> bool:
+    """Whether ``folder/product`` is published and whole: its stat is the one its record names
+    (size, mtime, change time, inode: a write changes the change time, and ``publish`` flushed
+    the file before the record existed), else its SHA-256 is, hashed once per process for each
+    stat of the file (a copied cache). A product cut short or overwritten is not."""
+    record = _record(folder, product)
+    if record is None:
+        return False
+    path = folder / product
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    now = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if [record.get(k) for k in ("size", "mtime_ns", "ctime_ns", "inode")] == list(now) or _intact.get(path) == now:
+        return True
+    if not verified(folder, product):
+        return False
+    _intact[path] = now
+    return True
 
 
 @contextlib.contextmanager
@@ -123,13 +168,38 @@ def scratch(folder: Path, product: str) -> Path:
 
 
 def publish(folder: Path, product: str, tmp: Path) -> None:
-    """Publish ``tmp`` (from ``scratch``) as ``folder/product``: the product by one ``os.replace``,
-    then its record by another, so that a reader that finds the record finds the whole
-    product. The caller holds the product's lock."""
+    """Publish ``tmp`` (from ``scratch``) as ``folder/product``: the product, flushed to the disk,
+    by one ``os.replace``, then its record (its SHA-256 and the stat ``intact`` compares) by
+    another, flushed too, so that a reader that finds the record finds the whole product, also
+    after a crash. The caller holds the product's lock."""
+    digest = _sha256(tmp)
+    _flush(tmp)
+    path = folder / product
+    os.replace(tmp, path)
+    st = os.stat(path)  # after the rename, which sets the change time
     record = folder / f".{product}.json.{os.getpid()}"
-    record.write_text(json.dumps({"sha256": hashlib.sha256(tmp.read_bytes()).hexdigest()}))
-    os.replace(tmp, folder / product)
+    record.write_text(json.dumps({"sha256": digest, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                  "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}))
+    _flush(record)
+    _flush_names(folder)  # the product's name before the record's
     os.replace(record, folder / f"{product}.json")
+    _flush_names(folder)
+
+
+def _flush(path: Path) -> None:
+    """``fsync`` a file: an ``OSError`` where its content may not be on the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _flush_names(folder: Path) -> None:
+    """``fsync`` a folder, making the renames in it durable where the file system can (some
+    cannot flush a folder: the renames then stay as durable as it makes them)."""
+    with contextlib.suppress(OSError):
+        _flush(folder)
 
 
 def make(lock_file: str, folder: str, product: str, command: list[str]) -> int:

@@ -9,7 +9,9 @@ later builds, started once that build is done (``run_ninja``): on a machine of t
 started beside the first build made it take 3.7 s instead of 1.7 in one run, even niced. So no
 build waits for one, and the first call of a fresh install costs what a build without it costs.
 GCC uses a ``.gch`` only where it was made with the same flags and parses the header otherwise,
-so a stale or foreign one costs time, never correctness.
+so a stale or foreign one costs time, never correctness; a damaged one (cut short) it cannot
+read, and fails on, so a ``.gch`` is offered only when it matches its record (``maker.intact``),
+and one that does not is made again.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ GCH = "prelude.h.gch"
 
 def header(text: str, flags: list[str], identity: object) -> Path | None:
     """The ``prelude.h`` holding ``text`` whose ``.gch`` for ``flags`` (the compiler first) is
-    made, under ``<cache>/v2/pch/<key16>/``; else None, after asking for its maker
-    (``maker.request``) if no attempt has failed. ``identity`` (JSON) is what else decides the
-    ``.gch``: the identity of the compiler and of the headers it reads.
+    made and whole (``maker.intact``), under ``<cache>/v2/pch/<key16>/``; else None, after
+    asking for its maker (``maker.request``: it makes a missing or damaged one) if no attempt
+    has failed. ``identity`` (JSON) is what else decides the ``.gch``: the identity of the
+    compiler and of the headers it reads.
 
     Parameters
     ----------
@@ -60,14 +63,17 @@ def header(text: str, flags: list[str], identity: object) -> Path | None:
     key = hashlib.sha256(json.dumps([text, flags, identity]).encode()).hexdigest()[:16]
     folder = cache.root() / "pch" / key
     path = folder / "prelude.h"
-    if maker.made(folder, GCH):
+    if maker.intact(folder, GCH):
         return path
     if not maker.may_ask(folder):  # asked for already in this process, or failed
         return None
     cache.ensure_dir(folder)
     if not path.is_file():
         tmp = folder / f".prelude.h.{uuid.uuid4().hex}"  # not the pid: builds run in threads too
-        tmp.write_text(text)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # a .gch made from it outlives a crash: so does the text
         os.replace(tmp, path)  # the same text under one key: any writer's file is the right one
     maker.request(folder, GCH, [*flags, "-x", "c++-header", "-c", path.name])
     return None

@@ -199,3 +199,51 @@ def test_publishing_flushes_the_product_and_its_record_before_naming_them(tmp_pa
         assert ("fsync", path) in events[:events.index(("replace", path))], f"{path} renamed before it was flushed"
     assert maker.intact(folder, "helpers.o") and maker.verified(folder, "helpers.o")
 
+
+#: Shell lines that GCC's ``-wrapper`` runs cc1plus through, each a failure that is not the
+#: input's: what g++ then prints and returns (1 or 4) is what such a failure gives.
+DIES = {
+    "killed": "kill -KILL $$",  # as the OOM killer does
+    "past its file size limit": 'ulimit -f 64; exec "$0" "$@"',  # SIGXFSZ
+    "on a full disk": 'for a; do shift; [ "$o" = -o ] && a=/dev/full; o=$a; set -- "$@" "$a"; done; exec "$0" "$@"',
+}
+
+
+@pytest.mark.parametrize("how", [*DIES, "on its input"])
+def test_only_a_compile_that_fails_on_its_input_turns_the_header_off(empty_cache, no_makers, how):
+    """cc1plus killed, stopped by its file size limit or writing to a full disk (g++ still exits 1
+    or 4): nothing is left, and a later process asks for the header again. A header that does not
+    compile leaves ``failed.log`` (its whole output), and no process asks again."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("needs g++: its -wrapper runs cc1plus as each failure leaves it")
+    text = "#include <string>\n" + ("#error not a header\n" if how == "on its input" else "")
+    flags = [gxx, "-std=c++17", *(["-wrapper", f"/bin/sh,-c,{DIES[how]}"] if how in DIES else [])]
+    assert pch.header(text, flags, []) is None
+    (folder,) = _folders(empty_cache)
+    assert _make_queued(no_makers) == 1
+    assert not maker.made(folder, pch.GCH)
+    assert not [f for f in folder.iterdir() if f.name.startswith((".prelude.h.gch.", ".failed.log."))]
+    if how == "on its input":
+        assert b"#error not a header" in (folder / "failed.log").read_bytes()
+    else:
+        assert not (folder / "failed.log").exists()
+    maker._asked.clear()  # as in a new process
+    assert pch.header(text, flags, []) is None
+    assert len(no_makers) == (0 if how == "on its input" else 1)
+
+
+@pytest.mark.parametrize(("output", "for_good"), [
+    (b"clang++: error: unable to execute command: Killed\n", False),
+    (b"clang++: error: clang frontend command failed due to signal (use -v to see invocation)\n", False),
+    (b"cc1plus: out of memory allocating 65536 bytes after a total of 2097152 bytes\n", False),
+    (b"virtual memory exhausted: Cannot allocate memory\n", False),
+    (b"prelude.h:1: fatal error: cannot write PCH file: Disk quota exceeded\n", False),
+    (b"prelude.h:1:10: fatal error: nope.h: No such file or directory\n", True),
+    (b"", True),
+])
+def test_what_other_compilers_print_for_a_failure_that_is_not_the_inputs(output, for_good):
+    """Clang's words for a killed frontend, GCC's for running out of memory or quota: tried again
+    later; a missing header, or an error without a word, is remembered."""
+    assert maker.remembered(1, output) is for_good
+    assert maker.remembered(-9, output) is False  # the compiler itself killed

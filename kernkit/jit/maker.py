@@ -7,9 +7,10 @@ product's lock ``.locks/<kind>-<key16>.lock``), so no build waits for one. A mak
 a private name, then publishes the product, flushed, by one ``os.replace`` and its record
 (``<product>.json``: its SHA-256 and stat) by another, so a reader that finds the record finds
 the whole product, after a crash too. A product that does not match its record (``intact``) is
-not used, and is made again. A compile that fails leaves ``failed.log`` and no process asks
-for that key again (delete the folder to retry); one that is killed leaves nothing, and a later
-build asks again. This file imports nothing from kernkit: it runs as a script.
+not used, and is made again. A compile that fails on its input leaves ``failed.log`` and no
+process asks for that key again (delete the folder to retry); one that is killed, or that runs
+out of memory, disk or file size (``TRANSIENT``), leaves nothing, and a later process asks
+again. This file imports nothing from kernkit: it runs as a script.
 
     python maker.py <lock file> <folder> <product> <compiler and arguments>...
 """
@@ -20,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +33,14 @@ _queued: list[list[str]] = []
 #: The published files this process found whole by their SHA-256 (``intact``), with the stat
 #: each had then.
 _intact: dict[Path, tuple[int, int, int, int]] = {}
+
+#: What a compiler prints when it did not fail on its input, so that a later process tries again:
+#: a program it runs was killed (the OOM killer, SIGKILL, SIGXFSZ: GCC's "... signal terminated
+#: program cc1plus", Clang's "... failed due to signal" and "unable to execute command"), or it ran
+#: out of memory, disk space, file size or processes (the C library's messages).
+TRANSIENT = re.compile(rb"signal terminated program|due to signal|unable to execute command|out of memory|"
+                       rb"No space left on device|Disk quota exceeded|File too large|Cannot allocate memory|"
+                       rb"Resource temporarily unavailable|Too many open files")
 
 
 def request(folder: Path, product: str, command: list[str]) -> None:
@@ -205,20 +215,42 @@ def _flush_names(folder: Path) -> None:
 def make(lock_file: str, folder: str, product: str, command: list[str]) -> int:
     """Make ``folder/product`` with ``command`` unless another process holds ``lock_file`` or a
     product matching its record is there. Returns 0 when it is there or another maker works on
-    it, 1 when the compile failed (``failed.log`` keeps its output when it exited with an error)."""
+    it, 1 when the compile or the publishing failed (``failed.log`` keeps the compiler's output
+    when it failed on its input: ``remembered``)."""
     path = Path(folder)
     with holding(lock_file) as held:
         if not held or verified(path, product):
             return 0
         tmp = scratch(path, product)
-        proc = subprocess.run([*command, "-o", tmp.name], cwd=path, capture_output=True)
-        if proc.returncode:
+        try:
+            proc = subprocess.run([*command, "-o", tmp.name], cwd=path, capture_output=True)
+            if proc.returncode:
+                tmp.unlink(missing_ok=True)
+                if remembered(proc.returncode, proc.stdout + proc.stderr):
+                    _write_log(path, proc.stdout + proc.stderr)
+                return 1
+            publish(path, product, tmp)
+        except OSError:  # the disk filled, or the folder went: nothing is left behind, a later process tries again
             tmp.unlink(missing_ok=True)
-            if proc.returncode > 0:  # not killed (out of memory, a signal): do not try again
-                (path / "failed.log").write_bytes(proc.stdout + proc.stderr)
             return 1
-        publish(path, product, tmp)
         return 0
+
+
+def remembered(returncode: int, output: bytes) -> bool:
+    """Whether a compile that ended with ``returncode`` and printed ``output`` failed for good: it
+    exited with an error (it was not killed) and its output names no signal or exhausted resource
+    (``TRANSIENT``), so another attempt would fail the same way."""
+    return returncode > 0 and TRANSIENT.search(output) is None
+
+
+def _write_log(folder: Path, output: bytes) -> None:
+    """Write ``failed.log`` whole or not at all: its presence stops every later attempt."""
+    tmp = folder / f".failed.log.{os.getpid()}"
+    try:
+        tmp.write_bytes(output)
+        os.replace(tmp, folder / "failed.log")
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

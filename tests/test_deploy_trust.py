@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -57,6 +58,49 @@ def test_an_unknown_freeze_value_raises_at_the_first_load_and_never_means_off(sc
     monkeypatch.setenv("KERNKIT_FREEZE", value)  # built now: a load still raises, it does not load unfrozen
     with pytest.raises(ValueError, match="KERNKIT_FREEZE must be one of"):
         ops.scale(torch.ones(4), 2.0)
+
+
+# --------------------------------------------------------------------------------------------
+# KERNKIT_JIT and the other on/off variables
+
+
+@pytest.mark.parametrize("value", ["disabled", "never", "none", "of", "0ff", "offf", "2"])
+def test_an_unknown_jit_value_raises_at_every_load_and_never_means_on(scale_cold, monkeypatch, value):
+    """A misspelt ``KERNKIT_JIT=off`` never means on: every load raises, naming the variable and
+    its spellings, whether or not the build is cached, and ``doctor`` marks it."""
+    from kernkit.cli import doctor
+    from kernkit.jit.config import ConfigError
+
+    message = (f"KERNKIT_JIT must be one of 'on', '1', 'true', 'yes', 'off', '0', 'false', 'no' (or unset), "
+               f"got '{value}'")
+    monkeypatch.setenv("KERNKIT_JIT", value)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        ops.scale(torch.ones(4), 2.0)
+    assert not list(scale_cold.glob("v2/scale/*/*/lib.so"))  # nothing compiled
+    label, problem = next((v, p) for name, v, p in doctor.report() if name == "JIT")
+    assert problem and label == f"every load raises: {message}"
+    monkeypatch.setenv("KERNKIT_JIT", "on")
+    scale_spec(torch.float32, "emu").build()
+    monkeypatch.setenv("KERNKIT_JIT", value)  # built now: a load still raises
+    with pytest.raises(ConfigError, match="KERNKIT_JIT must be one of"):
+        ops.scale(torch.ones(4), 2.0)
+
+
+def test_every_on_off_variable_takes_the_same_spellings(monkeypatch):
+    from kernkit.jit import config
+
+    for value, on in [("on", True), ("1", True), (" TRUE ", True), ("Yes", True), ("", True),
+                      ("OFF", False), ("0", False), ("false", False), (" no", False)]:
+        monkeypatch.setenv("KERNKIT_JIT", value)
+        monkeypatch.setenv("KERNKIT_EMU_SANITIZE", value)
+        assert config.jit_enabled() is on, value
+        assert config.emu_sanitizers() == (("address", "undefined") if on and value else ()), value
+    monkeypatch.setenv("KERNKIT_EMU_SANITIZE", "undefined,address")  # a list of sanitizers is not a spelling
+    assert config.emu_sanitizers() == ("address", "undefined")
+    for var, reader in [("KERNKIT_FREEZE", config.frozen), ("KERNKIT_EMU_CHECK", config.emu_check)]:
+        monkeypatch.setenv(var, "disabled")  # the variables of named values refuse the same way
+        with pytest.raises(config.ConfigError, match=rf"^{var} must be one of .*\(or unset\), got 'disabled'$"):
+            reader()
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from .._version import __version__
 from ..jit import ArchError
 from ..jit.backends import BACKENDS
+from ..jit.config import ConfigError
 from ..jit.manifest import ManifestError
 from . import cache, clangd, doctor, warmup
 
@@ -101,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = COMMANDS[args.command or "clangd"].run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return status
-    except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, cache.ArchiveError, ArchError) as e:
+    except (clangd.ClangdConfigError, warmup.WarmupError, ManifestError, cache.ArchiveError, ArchError,
+            ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -28,7 +28,7 @@ from ..jit.backends.nvrtc import headers as cuda_headers
 from ..jit.backends.nvrtc import toolkit as nvrtc_toolkit
 from ..jit.cache import frozen_compiles
 from ..jit.cache import root as cache_root
-from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, jit_enabled
+from ..jit.config import ARCH_VAR, BACKEND_VAR, SHARED_VAR, ConfigError, jit_enabled
 from .cache import human_size, published, shared_roots, tree_size
 from .clangd import find_clangd
 
@@ -63,6 +63,15 @@ def _frozen_compiles() -> str:
         return "none (compiles done while KERNKIT_FREEZE=warn are counted here)"
     last = seen[-1]
     return f"{len(seen)}, the last {last['label']}" + (f", asked for by {last['asked_by']}" if last["asked_by"] else "")
+
+
+def _setting(read):
+    """``(value, None)`` of a reader of a ``KERNKIT_*`` variable, or ``(None, error)`` for a
+    value it refuses (``ConfigError``), which every load raises too."""
+    try:
+        return read(), None
+    except ConfigError as e:
+        return None, e
 
 
 def report() -> list[tuple[str, str, bool]]:
@@ -111,21 +120,21 @@ def report() -> list[tuple[str, str, bool]]:
     cache = cache_root()
     existing = next(p for p in (cache, *cache.parents) if p.exists())
     writable = os.access(existing, os.W_OK)
-    try:
-        mode, bad_freeze = frozen(), None
-    except ValueError as e:  # every load raises it too
-        mode, bad_freeze = None, e
     lines.append(("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
                                f"{'' if writable else ', NOT WRITABLE'})", not writable))
     for top in shared_roots():  # a shared cache that is not there is a mistyped path or a missing mount
         lines.append(("shared cache", f"{top} ({len(published(top=top))} published builds, read-only, from "
                                       f"{SHARED_VAR})" if top.is_dir() else f"{top}: no such directory ({SHARED_VAR})",
                       not top.is_dir()))
-    lines += [("JIT", ("on (missing specializations compile on first use)" if jit_enabled() else
-                       "off (KERNKIT_JIT: only cached specializations load)")
-               + (f"; frozen: a compile {'raises' if mode == 'error' else 'warns and is counted'} "
-                  f"(KERNKIT_FREEZE={mode})" if mode else "")
-               + (f"; every load raises: {bad_freeze}" if bad_freeze else ""), bad_freeze is not None),
+    on, bad_jit = _setting(jit_enabled)
+    mode, bad_freeze = _setting(frozen)
+    bad = [str(e) for e in (bad_jit, bad_freeze) if e is not None]
+    jit = [] if on is None else ["on (missing specializations compile on first use)" if on else
+                                 "off (KERNKIT_JIT: only cached specializations load)"]
+    jit += [f"frozen: a compile {'raises' if mode == 'error' else 'warns and is counted'} "
+            f"(KERNKIT_FREEZE={mode})"] if mode else []
+    jit += [f"every load raises: {'; '.join(bad)}"] if bad else []
+    lines += [("JIT", "; ".join(jit), bool(bad)),
               ("frozen compiles", _frozen_compiles(), False),
               ("environment", ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("KERNKIT_"))
                or "no KERNKIT_* variables set", False)]

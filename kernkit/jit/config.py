@@ -28,6 +28,62 @@ RECORD_VAR = "KERNKIT_RECORD"
 #: ``error`` or ``warn``: a compile is refused, or allowed and counted (``freeze``).
 FREEZE_VAR = "KERNKIT_FREEZE"
 
+#: The spellings of on and off that every on/off variable takes, in any case (``flag``).
+TRUE_WORDS = ("on", "1", "true", "yes")
+FALSE_WORDS = ("off", "0", "false", "no")
+_ON_OFF = TRUE_WORDS + FALSE_WORDS
+
+
+class ConfigError(ValueError):
+    """A ``KERNKIT_*`` variable holds a value kernkit cannot use; the message names the variable,
+    its value and what it takes."""
+
+
+def choice(var: str, accepted: tuple[str, ...], default: str) -> str:
+    """The value of the variable ``var``, stripped and in lower case, when it is one of
+    ``accepted``; ``default`` when it is unset or empty. Any other value raises ``ConfigError``
+    listing ``accepted``: a misspelt value never means the default, whatever the default is.
+
+    Parameters
+    ----------
+    var
+        The variable's name, e.g. ``KERNKIT_FREEZE``.
+    accepted
+        Its values, in lower case.
+    default
+        What unset or empty means.
+
+    Returns
+    -------
+    One of ``accepted``, or ``default``.
+    """
+    value = os.environ.get(var, "").strip().lower()
+    if not value:
+        return default
+    if value not in accepted:
+        raise ConfigError(f"{var} must be one of {', '.join(map(repr, accepted))} (or unset), "
+                          f"got {os.environ[var]!r}")
+    return value
+
+
+def flag(var: str, default: bool) -> bool:
+    """The on/off variable ``var``: True for ``TRUE_WORDS``, False for ``FALSE_WORDS`` (any
+    case), ``default`` when unset or empty; ``ConfigError`` naming the variable and those
+    spellings for anything else (``disabled``, ``none``, ``0ff``).
+
+    Parameters
+    ----------
+    var
+        The variable's name, e.g. ``KERNKIT_JIT``.
+    default
+        What unset or empty means.
+
+    Returns
+    -------
+    Whether it is on.
+    """
+    return choice(var, _ON_OFF, "on" if default else "off") in TRUE_WORDS
+
 
 def cache_dir() -> Path:
     """The cache root: ``$KERNKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kernkit``, else
@@ -65,17 +121,20 @@ def shared_dirs() -> list[Path]:
 
 
 def jit_enabled() -> bool:
-    """False when ``KERNKIT_JIT`` is ``off``/``0``/``false``/``no``: nothing may be compiled."""
-    return os.environ.get(JIT_VAR, "on").strip().lower() not in ("off", "0", "false", "no")
+    """False when ``KERNKIT_JIT`` is off (``FALSE_WORDS``): nothing may be compiled. Unset or
+    on (``TRUE_WORDS``) is True; any other value raises ``ConfigError`` (``flag``), so a
+    misspelt off never compiles."""
+    return flag(JIT_VAR, True)
 
 
 def emu_sanitizers() -> tuple[str, ...]:
-    """Sanitizers for CPU-emulation builds (``KERNKIT_EMU_SANITIZE``): ``1`` means address and
-    undefined; a comma list names them; empty or ``0`` means none."""
+    """Sanitizers for CPU-emulation builds (``KERNKIT_EMU_SANITIZE``): on (``TRUE_WORDS``) means
+    address and undefined; off (``FALSE_WORDS``), empty or unset means none; anything else is a
+    comma list of names for ``-fsanitize=``."""
     value = os.environ.get(EMU_SANITIZE_VAR, "").strip().lower()
-    if value in ("", "0", "off", "no", "false"):
+    if value in ("", *FALSE_WORDS):
         return ()
-    if value in ("1", "on", "yes", "true"):
+    if value in TRUE_WORDS:
         return ("address", "undefined")
     return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
 
@@ -86,13 +145,9 @@ EMU_CHECKS = ("auto", "nvrtc", "nvcc", "off")
 
 def emu_check() -> str:
     """How a CPU emulation build checks its kernels for a GPU (``KERNKIT_EMU_CHECK``): one of
-    ``EMU_CHECKS``. Any other value raises ``ValueError`` listing them: a misspelt value never
+    ``EMU_CHECKS``. Any other value raises ``ConfigError`` listing them: a misspelt value never
     turns the check off."""
-    mode = os.environ.get(EMU_CHECK_VAR, "").strip().lower() or "auto"
-    if mode not in EMU_CHECKS:
-        raise ValueError(f"{EMU_CHECK_VAR} must be one of {', '.join(map(repr, EMU_CHECKS))} (or unset), "
-                         f"got {os.environ[EMU_CHECK_VAR]!r}")
-    return mode
+    return choice(EMU_CHECK_VAR, EMU_CHECKS, "auto")
 
 
 #: The values of ``KERNKIT_FREEZE``; unset or empty is ``off``.
@@ -101,15 +156,10 @@ FREEZE_MODES = ("error", "warn", "off")
 
 def frozen() -> str | None:
     """``error`` or ``warn`` when compiling is frozen (``KERNKIT_FREEZE``), None when it is
-    ``off``, empty or unset. Any other value raises ``ValueError`` listing the accepted ones: a
+    ``off``, empty or unset. Any other value raises ``ConfigError`` listing the accepted ones: a
     misspelt freeze (``1``, ``true``, ``errors``) never means off."""
-    mode = os.environ.get(FREEZE_VAR, "").strip().lower()
-    if mode in ("", "off"):
-        return None
-    if mode not in FREEZE_MODES:
-        raise ValueError(f"{FREEZE_VAR} must be one of {', '.join(map(repr, FREEZE_MODES))} (or unset), "
-                         f"got {os.environ[FREEZE_VAR]!r}")
-    return mode
+    mode = choice(FREEZE_VAR, FREEZE_MODES, "off")
+    return None if mode == "off" else mode
 
 
 def freeze(mode: str = "error") -> None:

@@ -5,6 +5,7 @@ CPU tensors, through the CPU emulator."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -392,10 +393,86 @@ def test_a_record_file_that_is_not_a_manifest_names_kernkit_record(scale_cold, t
     notes = tmp_path / "notes.txt"
     notes.write_text("not json\n")
     monkeypatch.setenv("KERNKIT_RECORD", str(notes))
-    with pytest.raises(manifest.ManifestError, match=rf"^KERNKIT_RECORD={notes} names a file that is not a manifest "
-                                                     rf"to record into: cannot read the manifest {notes}"):
-        ops.scale(torch.ones(4), 2.0)
+    with pytest.warns(RuntimeWarning, match=rf"^kernkit: KERNKIT_RECORD={notes} names a file that is not a manifest "
+                                            rf"to record into: cannot read the manifest {notes}"):
+        assert ops.scale(torch.ones(4), 2.0).tolist() == [2.0] * 4  # recording never fails the op
     assert notes.read_text() == "not json\n"
+
+
+#: Loads scale's cached build with KERNKIT_RECORD set, then records another request; prints the
+#: result and the warnings.
+RECORD_ONE = """
+import json, warnings
+import torch
+from kernkit import ops
+from kernkit.jit import manifest
+from kernkit.ops.scale import scale_spec
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    y = ops.scale(torch.ones(4), 2.0)
+    manifest.record(scale_spec(torch.float16, "emu"))
+print(json.dumps({"y": y.tolist(), "warnings": [str(w.message) for w in seen]}))
+"""
+
+
+@contextlib.contextmanager
+def _record_target(kind: str, tmp_path: Path):
+    """A ``KERNKIT_RECORD`` path that cannot be written, and the reason and file it fails on."""
+    if kind == "under a file":
+        (tmp_path / "a-file").write_text("")
+        yield tmp_path / "a-file" / "kernels.json", "Not a directory", tmp_path / "a-file"
+    elif kind == "/proc":  # no file can be made there: a polling lock waited for ever
+        yield Path("/proc/kernels.json"), "No such file or directory", Path("/proc/kernels.json.lock")
+    else:  # a read-only mount (root writes through chmod)
+        mnt = tmp_path / "ro"
+        mnt.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)],
+                          capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here (needs root and mount rights)")
+        try:
+            yield mnt / "kernels.json", "Read-only file system", mnt / "kernels.json.lock"
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+@pytest.mark.parametrize("kind", ["under a file", "read-only", "/proc"])
+def test_a_record_file_that_cannot_be_written_warns_once_and_the_op_runs(scale_cold, tmp_path, kind):
+    scale_spec(torch.float32, "emu").build()
+    with _record_target(kind, tmp_path) as (target, reason, at):
+        proc = subprocess.run([sys.executable, "-c", RECORD_ONE], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "KERNKIT_RECORD": str(target), "KERNKIT_JIT": "off"}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["y"] == [2.0] * 4
+    assert out["warnings"] == [f"kernkit: KERNKIT_RECORD={target} cannot be recorded into: {reason} ({at}); point "
+                               "KERNKIT_RECORD at a file in a writable directory, or unset it. Nothing more is "
+                               "recorded there by this process."]
+    assert not os.path.lexists(target)
+
+
+def test_a_cache_path_whose_home_is_unknown_names_its_variable(scale_cold, monkeypatch, capsys):
+    from kernkit.cli import cli, doctor
+    from kernkit.jit.config import ConfigError
+
+    for var in ("KERNKIT_CACHE_DIR", "KERNKIT_CACHE_SHARED"):
+        with monkeypatch.context() as m:
+            m.setenv(var, "~nosuchuser-kk/x")
+            why = (f"{var}='~nosuchuser-kk/x': '~nosuchuser-kk' names no home directory known here (no such user, "
+                   f"or HOME unset); give {var} an absolute path")
+            with pytest.raises(ConfigError, match=f"^{re.escape(why)}$"):
+                ops.scale(torch.ones(4), 2.0)
+            assert cli.main(["cache", "list"]) == 2
+            assert capsys.readouterr().err == f"error: {why}\n"
+            assert ("cache dir", f"every load raises: {why}", True) in doctor.report()
+    monkeypatch.delenv("KERNKIT_CACHE_DIR")  # the default, below a home directory no one knows
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", no_home)
+    with pytest.raises(ConfigError, match=r"HOME is unset .*: set KERNKIT_CACHE_DIR to a directory$"):
+        ops.scale(torch.ones(4), 2.0)
 
 
 def test_a_frozen_compile_that_cannot_be_counted_is_a_cache_dir_error(scale_cold, monkeypatch):

@@ -58,7 +58,10 @@ def _cuda_headers() -> bool:
 
 
 def _frozen_compiles() -> str:
-    seen = frozen_compiles()
+    try:
+        seen = frozen_compiles()
+    except ConfigError:  # no cache directory: the cache dir line says why
+        return "unknown: no cache directory"
     if not seen:
         return "none (compiles done while KERNKIT_FREEZE=warn are counted here)"
     last = seen[-1]
@@ -72,6 +75,24 @@ def _setting(read):
         return read(), None
     except ConfigError as e:
         return None, e
+
+
+def _caches() -> list[tuple[str, str, bool]]:
+    """The lines of the cache directory and of each read-only cache of ``KERNKIT_CACHE_SHARED``;
+    one problem line for a variable that names no path (``ConfigError``)."""
+    try:
+        cache, shared = cache_root(), shared_roots()
+    except ConfigError as e:
+        return [("cache dir", f"every load raises: {e}", True)]
+    existing = next(p for p in (cache, *cache.parents) if p.exists())
+    writable = os.access(existing, os.W_OK)
+    lines = [("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
+                           f"{'' if writable else ', NOT WRITABLE'})", not writable)]
+    for top in shared:  # a shared cache that is not there is a mistyped path or a missing mount
+        lines.append(("shared cache", f"{top} ({len(published(top=top))} published builds, read-only, from "
+                                      f"{SHARED_VAR})" if top.is_dir() else f"{top}: no such directory ({SHARED_VAR})",
+                      not top.is_dir()))
+    return lines
 
 
 def report() -> list[tuple[str, str, bool]]:
@@ -117,15 +138,7 @@ def report() -> list[tuple[str, str, bool]]:
         arch_line = (f"{arch} (sm_{arch.sm}, from {where}; {'PDL' if arch.major >= 9 else 'no PDL: needs sm_90'})",
                      False)
     lines.append(("target arch", *arch_line))
-    cache = cache_root()
-    existing = next(p for p in (cache, *cache.parents) if p.exists())
-    writable = os.access(existing, os.W_OK)
-    lines.append(("cache dir", f"{cache} ({human_size(tree_size(cache))}, {len(published())} published builds"
-                               f"{'' if writable else ', NOT WRITABLE'})", not writable))
-    for top in shared_roots():  # a shared cache that is not there is a mistyped path or a missing mount
-        lines.append(("shared cache", f"{top} ({len(published(top=top))} published builds, read-only, from "
-                                      f"{SHARED_VAR})" if top.is_dir() else f"{top}: no such directory ({SHARED_VAR})",
-                      not top.is_dir()))
+    lines += _caches()
     on, bad_jit = _setting(jit_enabled)
     mode, bad_freeze = _setting(frozen)
     bad = [str(e) for e in (bad_jit, bad_freeze) if e is not None]

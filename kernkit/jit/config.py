@@ -85,14 +85,31 @@ def flag(var: str, default: bool) -> bool:
     return choice(var, _ON_OFF, "on" if default else "off") in TRUE_WORDS
 
 
+def user_path(var: str, text: str) -> Path:
+    """The path ``text`` that the variable ``var`` gives, with a leading ``~`` or ``~user``
+    expanded; ``ConfigError`` naming the variable when it cannot be (no such user, or no home
+    directory known for ``~``)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # pathlib's "Could not determine home directory."
+        raise ConfigError(f"{var}={text!r}: {text.split('/', 1)[0]!r} names no home directory known here "
+                          f"(no such user, or HOME unset); give {var} an absolute path") from None
+
+
 def cache_dir() -> Path:
     """The cache root: ``$KERNKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/kernkit``, else
     ``~/.cache/kernkit``."""
     explicit = os.environ.get(CACHE_DIR_VAR)
     if explicit:
-        return Path(explicit).expanduser()
+        return user_path(CACHE_DIR_VAR, explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "kernkit"
+    if xdg:
+        return Path(xdg) / "kernkit"
+    try:
+        return Path.home() / ".cache" / "kernkit"
+    except RuntimeError:  # no HOME and no entry of this user in the password database
+        raise ConfigError(f"kernkit finds no home directory for its cache (HOME is unset and this user has no "
+                          f"entry in the password database): set {CACHE_DIR_VAR} to a directory") from None
 
 
 #: The entries of ``KERNKIT_CACHE_SHARED`` that are not directories, warned about once each.
@@ -101,8 +118,9 @@ _not_shared: set[str] = set()
 
 def shared_entries() -> list[Path]:
     """Every cache root ``KERNKIT_CACHE_SHARED`` names, in order, directory or not (``doctor``
-    reports the ones that are not); an empty entry names none."""
-    return [Path(d).expanduser() for d in os.environ.get(SHARED_VAR, "").split(os.pathsep) if d.strip()]
+    reports the ones that are not); an empty entry names none. An entry whose ``~`` cannot be
+    expanded raises ``ConfigError``."""
+    return [user_path(SHARED_VAR, d) for d in os.environ.get(SHARED_VAR, "").split(os.pathsep) if d.strip()]
 
 
 def shared_dirs() -> list[Path]:

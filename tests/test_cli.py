@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -446,6 +447,52 @@ def test_warmup_of_a_users_op_module(tmp_path, fresh_cache):
     assert "CompileError" in failure and "no_such_symbol" in failure
     proc = run_module("warmup", "op", "--import", "my_ops", "--set", "block=4", "-q", cwd=project)
     assert "1 specializations: 0 built, 1 already cached, 0 failed" in proc.stdout
+
+
+def test_ctrl_c_in_warmup_cancels_the_queued_builds_and_keeps_no_failure(tmp_path, empty_cache, monkeypatch,
+                                                                        capsys):
+    """Ctrl-C reaches the main thread and the running compilers at once (one process group):
+    here the main thread's wait raises ``KeyboardInterrupt`` once two builds run, and ninja, in
+    their place, answers as SIGINT makes it. The two are not kept as failed, the two queued ones
+    never start, and warmup ends with one line and status 130."""
+    from kernkit.cli import warmup as tool
+    from kernkit.jit import manifest
+    from kernkit.jit.backends import base
+
+    specs = [small_spec(tmp_path, "kk_ctrl_c", n) for n in range(4)]
+    record = tmp_path / "m.json"
+    record.write_text(json.dumps({"format": 1, "kernkit": "x", "requests": [manifest.request(s) for s in specs]}))
+    running, sigint, started = threading.Semaphore(0), threading.Event(), []
+    real_run = subprocess.run
+
+    def ninja(cmd, *args, **kwargs):
+        if cmd[1:2] != ["-C"] or cmd[-1] != "-v":
+            return real_run(cmd, *args, **kwargs)
+        started.append(cmd[2])
+        running.release()
+        assert sigint.wait(60)
+        return subprocess.CompletedProcess(cmd, 130, b"ninja: build stopped: interrupted by user.\n", b"")
+
+    def ctrl_c(futures):
+        for _ in range(2):
+            assert running.acquire(timeout=60)
+        sigint.set()
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(base.subprocess, "run", ninja)
+        m.setattr(tool, "as_completed", ctrl_c)
+        assert cli.main(["warmup", "--manifest", str(record), "-j", "2", "-q"]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "interrupted: 4 specializations: 0 built, 0 already cached, 0 failed, 4 not built\n"
+    assert captured.out == ""
+    assert len(started) == 2  # the queued builds never ran
+    v2 = empty_cache / "v2"
+    assert not list(v2.glob("kk_ctrl_c/*/*/lib.so")) and not list(v2.glob(".failed/*"))
+    assert not list(v2.glob(".staging/*"))
+    # Nothing left stands in the way of the next warmup.
+    assert cli.main(["warmup", "--manifest", str(record), "-j", "2", "-q"]) == 0
+    assert "4 specializations: 4 built, 0 already cached, 0 failed" in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------------- doctor

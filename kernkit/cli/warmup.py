@@ -7,7 +7,8 @@ it with the options it takes: --dtype, --backend, and --set NAME=VALUE for the r
 (ints and floats are parsed). Without OP names every registered op is considered, and those
 whose required options are not given are skipped and listed; a named op that lacks one is an
 error. --import MODULE imports your own op module first, so that its ops register. The builds
-run in parallel (--jobs, default: the number of cores).
+run in parallel (--jobs, default: the number of cores). Ctrl-C cancels the builds not started,
+stops the running ones (none is kept as a failed build) and exits with status 130.
 
 --manifest FILE builds exactly the requests a run recorded (KERNKIT_RECORD=FILE), ops and user
 kernels alike, for the architectures --arch names (default: those recorded), on any machine,
@@ -33,9 +34,11 @@ import inspect
 import json
 import logging
 import os
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
 import torch
 from tqdm import tqdm
@@ -149,13 +152,28 @@ def _only_warnings(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.WARNING
 
 
-def _build(spec: JitSpec, start: float) -> tuple[str, str]:
+def _build(spec: JitSpec, start: float, stop: threading.Event) -> tuple[str, str]:
+    if stop.is_set():  # Ctrl-C came before this build began
+        return "not built", ""
     try:
         lib = spec.build()
         built_at = json.loads((lib.parent / "meta.json").read_bytes()).get("built_at", 0)
+    except KeyboardInterrupt:  # Ctrl-C reached this build's compilers: this thread starts no other
+        stop.set()
+        raise
     except Exception as e:  # reported per spec; the others still build
         return "failed", f"{type(e).__name__}: {e}"
     return ("built" if built_at >= start else "cached"), ""
+
+
+class WarmupInterrupted(KeyboardInterrupt):
+    """Ctrl-C (``SIGINT``) stopped ``build_all``: the queued builds were cancelled and the running
+    ones stopped, leaving nothing published or kept as failed. ``results`` is ``build_all``'s
+    list, with ``not built`` for each of those."""
+
+    def __init__(self, results: list[tuple[str, str]]) -> None:
+        super().__init__("interrupted")
+        self.results = results
 
 
 def build_all(specs: Sequence[JitSpec], jobs: int | None = None, progress: bool = True) -> list[tuple[str, str]]:
@@ -173,7 +191,8 @@ def build_all(specs: Sequence[JitSpec], jobs: int | None = None, progress: bool 
     Returns
     -------
     ``(status, error)`` per spec, in order: ``built`` (by this call, or by another process
-    meanwhile), ``cached`` or ``failed`` with the error's text.
+    meanwhile), ``cached`` or ``failed`` with the error's text. Ctrl-C raises
+    ``WarmupInterrupted`` once the running builds have stopped.
     """
     start = time.time()
     # Each thread runs JitSpec.build, the same locked build-and-publish path as an op's first
@@ -185,15 +204,42 @@ def build_all(specs: Sequence[JitSpec], jobs: int | None = None, progress: bool 
     # process's later compiles silent.
     jit_log = logging.getLogger("kernkit.jit")
     jit_log.addFilter(_only_warnings)
+    pool, stop = ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)), threading.Event()
+    futures: list[Future] = []
     try:
-        with ThreadPoolExecutor(max(1, jobs or os.cpu_count() or 1)) as pool:
-            futures = [pool.submit(_build, spec, start) for spec in specs]
-            with tqdm(total=len(futures), desc="warmup", unit="build", disable=not progress) as bar:
-                for _ in as_completed(futures):
-                    bar.update(1)
-        return [f.result() for f in futures]
+        futures = [pool.submit(_build, spec, start, stop) for spec in specs]
+        with tqdm(total=len(futures), desc="warmup", unit="build", disable=not progress) as bar:
+            for _ in as_completed(futures):
+                bar.update(1)
+        results = [f.result() for f in futures]
+    except KeyboardInterrupt:
+        stop.set()
+        _stop(pool)
+        raise WarmupInterrupted([_outcome(f) for f in futures]) from None
     finally:
+        _stop(pool)
         jit_log.removeFilter(_only_warnings)
+    return results
+
+
+def _stop(pool: ThreadPoolExecutor) -> None:
+    """Cancel the builds not started and wait for the running ones. After Ctrl-C, which reaches
+    the compilers too (the terminal signals the whole process group), those stop at once
+    (``run_ninja`` raises ``KeyboardInterrupt``) and leave nothing: waiting lets them clean up. A
+    second Ctrl-C does not cut that short."""
+    while True:
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _outcome(future: Future) -> tuple[str, str]:
+    """A finished build's ``(status, error)``; ``not built`` for one cancelled or interrupted."""
+    if future.cancelled() or isinstance(future.exception(), KeyboardInterrupt):
+        return "not built", ""
+    return future.result()
 
 
 def describe(spec: JitSpec) -> str:
@@ -202,7 +248,8 @@ def describe(spec: JitSpec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``warmup`` subcommand; returns 1 when a build failed, else 0."""
+    """The ``warmup`` subcommand; returns 1 when a build failed, 130 when Ctrl-C stopped the
+    builds (one line on stderr says how far they got), else 0."""
     for module in args.imports:
         try:
             importlib.import_module(module)
@@ -226,7 +273,13 @@ def run(args: argparse.Namespace) -> int:
         for spec in specs:
             print(describe(spec))
         return 0
-    results = build_all(specs, args.jobs, progress=not args.quiet)
+    try:
+        results = build_all(specs, args.jobs, progress=not args.quiet)
+    except WarmupInterrupted as e:
+        counts = [sum(status == s for status, _ in e.results) for s in ("built", "cached", "failed", "not built")]
+        print("interrupted: {} specializations: {} built, {} already cached, {} failed, {} not built".format(
+            len(e.results), *counts), file=sys.stderr)
+        return 130  # as a shell reports a command that SIGINT ended
     for spec, (status, error) in zip(specs, results, strict=True):
         if status == "failed":
             print(f"FAILED {describe(spec)}:\n    " + "\n    ".join(error.splitlines()[:8]))

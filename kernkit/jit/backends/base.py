@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -224,6 +225,10 @@ def dir_stamp(d: str) -> list:
     return [d, max((f.stat().st_mtime_ns for f in files), default=0), len(files)]
 
 
+#: What ninja prints on stdout when SIGINT stops it; ninja 1.13 also exits with 130, an older one may not.
+_INTERRUPTED = b"ninja: build stopped: interrupted by user."
+
+
 def _ninja() -> str:
     import ninja  # a dependency: the PyPI package ships the binary
 
@@ -233,8 +238,13 @@ def _ninja() -> str:
 def run_ninja(build_dir: Path, title: str, object_key: str | None = None) -> None:
     """Run the build, keeping its output in ``build.log`` as the compilers wrote it (any
     encoding), and publish the helper object it compiled (``object_key``, from ``write_ninja``);
-    raise ``CompileError`` naming the failed command."""
+    raise ``CompileError`` naming the failed command. A build that Ctrl-C stopped (ninja
+    interrupted by ``SIGINT``, which a terminal sends to the compilers too) raises
+    ``KeyboardInterrupt``, also in a thread other than the main one: it is not a compile error,
+    and the caller discards it rather than keep it as a failure."""
     proc = subprocess.run([_ninja(), "-C", str(build_dir), "-v"], capture_output=True)
+    if proc.returncode in (130, -signal.SIGINT) or _INTERRUPTED in proc.stdout:
+        raise KeyboardInterrupt(f"the build of {title} was interrupted")
     maker.start()  # the precompiled header the build lacked, for the builds after it
     raw = proc.stdout + proc.stderr
     (build_dir / "build.log").write_bytes(raw)

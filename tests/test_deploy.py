@@ -358,6 +358,33 @@ def test_export_of_a_manifest_names_a_build_that_is_missing(tmp_path, monkeypatc
     assert tool.export_builds(tmp_path / "x.tar.gz", str(record)) == 1
 
 
+def test_export_of_a_manifest_finds_the_builds_of_the_shared_cache(tmp_path, monkeypatch, capsys):
+    """A build that a load and ``warmup`` find in ``KERNKIT_CACHE_SHARED`` is exported from there."""
+    import tarfile
+
+    from kernkit.cli import cli
+
+    shared = tmp_path / "shared"
+    build = _scale_build(shared, monkeypatch)
+    record = tmp_path / "m.json"
+    record.write_text(json.dumps({"format": 1, "kernkit": "x",
+                                  "requests": [manifest.request(scale_spec(torch.float32, "emu"))]}))
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(shared))
+    assert cli.main(["warmup", "--manifest", str(record), "-q"]) == 0
+    assert "1 specializations: 0 built, 1 already cached, 0 failed" in capsys.readouterr().out
+    assert cli.main(["cache", "export", str(tmp_path / "x.tar.gz"), "--manifest", str(record)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote 1 build to {tmp_path / 'x.tar.gz'}, SHA-256 ")
+    where = build.relative_to(shared / "v2").as_posix()
+    with tarfile.open(tmp_path / "x.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["index.json", f"{where}/lib.so", f"{where}/meta.json"]
+    assert not (tmp_path / "local" / "v2" / "scale").exists()  # nothing built locally
+    monkeypatch.delenv("KERNKIT_CACHE_SHARED")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "box"))
+    assert cli.main(["cache", "import", str(tmp_path / "x.tar.gz")]) == 0
+    assert (tmp_path / "box" / "v2" / where / "lib.so").is_file()
+
+
 def test_a_shared_read_only_cache_is_searched_first(tmp_path, monkeypatch):
     """Builds in a directory many machines mount, read-only: found there, nothing compiled or
     written into the local cache."""

@@ -12,8 +12,9 @@ left alone. Nothing else in the cache decides a load: a cleared kernel simply co
 when used.
 
 `cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
-builds made before. `cache export FILE [--manifest M]` writes every build, or those of a
-manifest (KERNKIT_RECORD), to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each
+builds made before. `cache export FILE [--manifest M]` writes every build of the local cache,
+or those of a manifest (KERNKIT_RECORD) wherever loads find them ($KERNKIT_CACHE_SHARED first),
+to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each
 build of such an archive after checking its library's hash, its kernkit and tvm-ffi versions,
 its architecture, that its directory is the one its recorded build request keys to, and that the
 headers it was built from are this installation's, byte for byte (those of a user's project,
@@ -48,7 +49,6 @@ from ..jit import ArchError, CacheDirError, CudaArch, JitSpec, maker, pch, prebu
 from ..jit.cache import LAYOUT as CACHE_LAYOUT
 from ..jit.cache import CorruptBuildError, check_record, file_record, local_path, read_build, staging_dir
 from ..jit.cache import discard as discard_build
-from ..jit.cache import find as find_build
 from ..jit.cache import publish as publish_build
 from ..jit.cache import root as cache_root
 from ..jit.cache import sha256 as file_sha256
@@ -193,26 +193,29 @@ class ArchiveError(ValueError):
 
 
 def export_builds(archive: Path, manifest_file: str | None = None) -> int:
-    """Write the published builds (their library and record), or those a manifest names, to one
-    ``.tar.gz`` with an index of what each member is.
+    """Write the published builds (their library and record) of the local cache, or those a
+    manifest names wherever a load finds them (the shared caches of ``KERNKIT_CACHE_SHARED``
+    first, then the local one), to one ``.tar.gz`` with an index of what each member is.
 
     Returns
     -------
     The number of builds written. Raises ``ArchiveError`` when a manifest's build is not in the
-    cache, naming it, or when the archive cannot be written; nothing is left behind then.
+    caches, naming it, or when the archive cannot be written; nothing is left behind then.
     """
     if manifest_file is None:
         builds = published()
     else:
         builds = []
         for spec in replay.specs(manifest_file):
-            lib = find_build(spec.key_dir, None, root=spec.kernel_root)
+            lib = spec.cached()
             record = read_build(lib.parent) if lib is not None else None
             if record is None:
-                raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {cache_root()}: run "
+                caches = ", ".join(map(str, [*shared_roots(), cache_root()]))
+                raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {caches}: run "
                                    f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
             builds.append((lib.parent, record))
-    index = [{"dir": path.relative_to(cache_root()).as_posix(), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
+    # A build's directory in the archive is its path under its cache's v2, whichever cache it is in.
+    index = [{"dir": "/".join(path.parts[-3:]), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
              for path, meta in builds]
     tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
     try:
@@ -221,9 +224,9 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
             info = tarfile.TarInfo("index.json")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-            for path, _ in builds:
+            for (path, _), entry in zip(builds, index, strict=True):
                 for name in (LIB_NAME, "meta.json"):
-                    tar.add(path / name, f"{path.relative_to(cache_root()).as_posix()}/{name}")
+                    tar.add(path / name, f"{entry['dir']}/{name}")
         os.replace(tmp, archive)
     except OSError as e:
         raise ArchiveError(f"cannot write the archive {archive}: {e.strerror or e}") from None

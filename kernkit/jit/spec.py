@@ -456,6 +456,12 @@ class JitSpec:
                 return lib
         return None
 
+    def cached(self) -> Path | None:
+        """The library of this key's current build, by any compilers, where a load looks: the
+        shared read-only caches (``KERNKIT_CACHE_SHARED``) first, then the local one; None when
+        none holds one. Compiles, loads and records nothing (``cache export --manifest``)."""
+        return self._find(None)
+
     def _compile(self, backend: Backend, compilers: list[str]) -> Path:
         """Build, and publish the build whose headers were the same from before its compile until
         its record holds them (``_changed_during``); a build that read a header changed meanwhile

@@ -6,8 +6,10 @@ and the CPU emulator backend for a shipped kernel, so no GPU is needed."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -322,6 +324,100 @@ def test_a_second_import_says_already_present_and_a_refusal_names_a_path_once(tm
     refused = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REFUSED")]
     assert len(refused) == 2 and all(line.endswith(f"it was built from {header}, which differs here")
                                      for line in refused), refused
+
+
+class FifoReader(threading.Thread):
+    """Reads a FIFO to its end in the background, as the other end of a pipe would."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path, self.data = path, b""
+        self.start()
+
+    def run(self) -> None:
+        with open(self.path, "rb") as f:
+            self.data = f.read()
+
+
+def full_device(tmp_path: Path) -> Path:
+    """A character device node like ``/dev/full`` (every write fails with ENOSPC), made in
+    ``tmp_path``; skips where device nodes cannot be made (not root)."""
+    node = tmp_path / "full"
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        open(node, "wb").close()
+    except OSError as e:
+        pytest.skip(f"cannot make and open a device node here: {e}")
+    return node
+
+
+def test_cache_export_writes_through_a_fifo_and_a_link_and_replaces_only_a_file(tmp_path, empty_cache, capsys):
+    """A regular FILE is replaced whole, keeping its mode; a link's target is replaced and the
+    link stays; a FIFO, a character device and the file stdout is are written through, never
+    replaced; a directory is refused. Each archive is the one whose SHA-256 is printed."""
+    import hashlib
+    import tarfile
+
+    small_spec(tmp_path, "kk_export", 1).build()
+    real, link = tmp_path / "real.tgz", tmp_path / "link.tgz"
+    real.write_bytes(b"old")
+    real.chmod(0o640)
+    link.symlink_to(real)
+    assert cli.main(["cache", "export", str(link)]) == 0
+    digest = capsys.readouterr().out.split("SHA-256 ")[1].split()[0]
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert hashlib.sha256(real.read_bytes()).hexdigest() == digest
+    with tarfile.open(real) as tar:
+        names = tar.getnames()
+    assert "index.json" in names
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+    assert cli.main(["cache", "export", str(fifo)]) == 0
+    reader.join(60)
+    captured = capsys.readouterr()
+    assert captured.out == ""  # the line goes to stderr: stdout may be the archive's stream
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert hashlib.sha256(reader.data).hexdigest() == captured.err.split("SHA-256 ")[1].split()[0]
+    with tarfile.open(fileobj=io.BytesIO(reader.data)) as tar:
+        assert tar.getnames() == names
+
+    with open(tmp_path / "stdout.tgz", "wb") as out:  # `export /dev/stdout > stdout.tgz`
+        proc = subprocess.run([sys.executable, "-m", "kernkit.jit", "cache", "export", "/dev/stdout"], stdout=out,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert hashlib.sha256((tmp_path / "stdout.tgz").read_bytes()).hexdigest() == proc.stderr.split("SHA-256 ")[1][:64]
+
+    node = full_device(tmp_path)
+    assert cli.main(["cache", "export", str(node)]) == 2
+    assert capsys.readouterr().err == f"error: cannot write the archive {node}: No space left on device\n"
+    assert stat.S_ISCHR(node.lstat().st_mode)
+    (tmp_path / "a-dir").mkdir()
+    assert cli.main(["cache", "export", str(tmp_path / "a-dir")]) == 2
+    assert capsys.readouterr().err == f"error: cannot write the archive {tmp_path / 'a-dir'}: it is a directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
+
+
+def test_clangd_output_writes_through_a_fifo_and_a_link(tmp_path, capsys):
+    real, link = tmp_path / "real.clangd", tmp_path / ".clangd"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert cli.main(["-o", str(link), "--overwrite"]) == 0
+    assert link.is_symlink() and real.read_text().startswith("# Written by `python -m kernkit.jit`")
+    capsys.readouterr()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+    assert cli.main(["-o", str(fifo)]) == 0  # nothing there to keep: no --overwrite needed
+    reader.join(60)
+    assert reader.data == real.read_bytes() and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert capsys.readouterr().out == ""
+    node = full_device(tmp_path)
+    assert cli.main(["-o", str(node), "--overwrite"]) == 2
+    assert capsys.readouterr().err == f"error: cannot write {node}: No space left on device\n"
+    assert stat.S_ISCHR(node.lstat().st_mode)
 
 
 # ----------------------------------------------------------------------------------- warmup

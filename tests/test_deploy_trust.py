@@ -483,3 +483,59 @@ def test_a_frozen_compile_that_cannot_be_counted_is_a_cache_dir_error(scale_cold
     with pytest.raises(CacheDirError, match=r"cannot count a frozen compile in frozen-compiles.jsonl in its cache "
                                             r"directory .*point KERNKIT_CACHE_DIR at a writable directory"):
         ops.scale(torch.ones(4), 2.0)
+
+# --------------------------------------------------------------------------------------------
+# Round four: JSON from elsewhere is read within limits
+
+
+def test_json_from_elsewhere_is_read_within_a_size_and_a_nesting_limit(tmp_path):
+    """The one reader of records, archive indexes and manifests (``kernkit.jit.untrusted``)."""
+    from kernkit.jit.untrusted import MAX_JSON_BYTES, parse_json, read_json
+
+    assert parse_json(b"[" * 64 + b"]" * 64) == json.loads(b"[" * 64 + b"]" * 64)
+    for deep in (b"[" * 65 + b"]" * 65, b'{"a": ' * 65 + b"1" + b"}" * 65, b"[" * 100_000 + b"]" * 100_000):
+        with pytest.raises(ValueError, match="^it nests arrays and objects more than 64 deep$"):
+            parse_json(deep)
+    assert parse_json(json.dumps({"a": "[{" * 1000}).encode()) == {"a": "[{" * 1000}  # brackets in a string
+    assert len(parse_json(json.dumps([[i] for i in range(10_000)]).encode())) == 10_000  # wide is not deep
+    with pytest.raises(json.JSONDecodeError):
+        parse_json(b"{")
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * MAX_JSON_BYTES + b"{}")
+    with pytest.raises(ValueError, match=rf"^it holds {MAX_JSON_BYTES + 2} bytes, more than the 16 MiB"):
+        read_json(big)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="^it is not a regular file$"):  # refused at once: no writer is waited for
+        read_json(fifo, regular=True)
+    r, w = os.pipe()
+    os.write(w, b'{"a": 1}')
+    os.close(w)
+    try:
+        assert read_json(f"/proc/self/fd/{r}") == {"a": 1}  # warmup --manifest <(...)
+    finally:
+        os.close(r)
+
+
+@pytest.mark.parametrize("kind", ["nested 100,000 deep", "17 MiB"])
+def test_a_manifest_too_deep_or_too_big_is_refused_naming_it(tmp_path, fresh_cache, monkeypatch, capsys, kind):
+    """``warmup --manifest`` of a manifest nested 100,000 deep raised ``RecursionError``."""
+    from kernkit.cli.cli import main
+
+    path = tmp_path / "m.json"
+    if kind == "17 MiB":
+        path.write_bytes(b'{"format": 1, "requests": []}' + b" " * (17 << 20))
+        expect = f"it holds {(17 << 20) + 29} bytes, more than the 16 MiB a kernkit JSON file may hold"
+    else:
+        path.write_bytes(b'{"format": 1, "requests": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}")
+        expect = "it nests arrays and objects more than 64 deep"
+    assert main(["warmup", "--manifest", str(path), "-q"]) == 2
+    assert f"error: cannot read the manifest {path}: {expect}" in capsys.readouterr().err
+    monkeypatch.setenv("KERNKIT_RECORD", str(path))
+    before = path.stat()
+    with pytest.raises(manifest.ManifestError, match=rf"^KERNKIT_RECORD={path} names a file that is not a manifest "
+                                                     rf"to record into: cannot read the manifest {path}: {expect}"):
+        manifest.record(scale_spec(torch.float32, "emu"))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+
+

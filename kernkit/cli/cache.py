@@ -430,7 +430,7 @@ def _bind(member: str, meta: dict) -> None:
         raise ValueError(f"its build request cannot be made here: {type(e).__name__}: {e}") from None
     where, placed = spec.key_dir.relative_to(cache_root()).as_posix(), member.rsplit("/", 1)[0]
     if (spec.key, spec.title, spec.backend, str(spec.arch) if spec.arch else None) != (
-            meta["key"], meta["title"], meta["backend"], meta["arch"]):
+            meta["key"], meta["title"], meta.get("backend"), meta.get("arch")):
         raise ValueError(f"its record is not of the build it requests, {spec.label} key {spec.key[:16]}")
     if placed != where:
         raise ValueError(f"it is a build of {spec.label}, whose builds go in {where}, not in {placed}")
@@ -465,8 +465,9 @@ def sanitizers(meta: dict) -> str | None:
     flags its record's build request names; None for a build without."""
     request = meta.get("request")
     flags = request.get("extra_cflags") if type(request) is dict else None
-    names = [f.split("=", 1)[1] for f in flags or () if type(f) is str and f.startswith("-fsanitize=")]
-    return ",".join(names) or None
+    if type(flags) is not list:  # none, or not what a record holds
+        return None
+    return ",".join(f.split("=", 1)[1] for f in flags if type(f) is str and f.startswith("-fsanitize=")) or None
 
 
 def _count(n: int, noun: str) -> str:

@@ -3,10 +3,11 @@ once into an on-disk cache, and load it as a tvm-ffi module whose functions take
 
 Modules, one job each, each importing only modules named before it: ``args`` (template
 arguments), ``memo`` (``cache_once``), ``config`` (environment variables), ``arch`` (the
-target), ``paths`` (where kernkit's files are), ``maker`` (detached makers of shared files),
-``cache`` (the disk cache), ``pch`` and ``prebuilt`` (the files builds share), ``split`` (a
-source's device and host halves), ``backends`` (compilers and builds, one module per backend),
-``manifest`` (record the specializations a run loads), ``spec`` (``JitSpec``, ``load_jit``).
+target), ``paths`` (where kernkit's files are), ``untrusted`` (JSON from elsewhere),
+``maker`` (detached makers of shared files), ``cache`` (the disk cache), ``pch`` and
+``prebuilt`` (the files builds share), ``split`` (a source's device and host halves),
+``backends`` (compilers and builds, one module per backend), ``manifest`` (record the
+specializations a run loads), ``spec`` (``JitSpec``, ``load_jit``).
 The names below are what an op's author uses: the spec and its loader, template arguments,
 the target, the errors a load raises, the freeze, and where kernkit's files are. The
 developer tools (``python -m kernkit.jit``, in ``kernkit.cli``) import the rest from the

@@ -52,6 +52,7 @@ from pathlib import Path
 
 from .config import CACHE_DIR_VAR, cache_dir
 from .paths import LIB_NAME, PACKAGE_ROOT, root_name, root_relative, under_root
+from .untrusted import read_json
 
 #: The layout version: the cache's builds live under ``<cache>/v2``.
 LAYOUT = "v2"
@@ -202,10 +203,10 @@ def check_record(meta: object) -> dict:
 
 def read_build(build_dir: Path) -> dict | None:
     """The record of a published build, None when ``build_dir`` holds none (never published, or
-    being removed). Raises ``CorruptBuildError`` for a damaged record (``check_record``) or
-    library."""
+    being removed). Raises ``CorruptBuildError`` for a damaged record (``check_record``; read as
+    input, ``untrusted.read_json``: a regular file, within a size and a nesting limit) or library."""
     try:
-        meta = check_record(json.loads((build_dir / "meta.json").read_bytes()))
+        meta = check_record(read_json(build_dir / "meta.json", regular=True))
         lib = meta["lib"]
     except (FileNotFoundError, NotADirectoryError):
         return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from .._version import __version__
 from .config import RECORD_VAR
 from .paths import shipped_name
+from .untrusted import read_json
 
 FORMAT = 1
 
@@ -126,9 +127,10 @@ def _identity(req: dict) -> str:
 
 
 def read(path: str | os.PathLike) -> list[dict]:
-    """The requests of a manifest; raises ``ManifestError`` naming the file when it is not one."""
+    """The requests of a manifest; raises ``ManifestError`` naming the file when it is not one
+    (not JSON, or larger or nested deeper than ``untrusted.read_json`` reads)."""
     try:
-        data = json.loads(Path(path).read_bytes())
+        data = read_json(path)
     except (OSError, ValueError) as e:
         raise ManifestError(f"cannot read the manifest {path}: {e}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("requests"), list):

@@ -5,7 +5,6 @@ It reads one kernel's records, on the error path only (``JitDisabledError``,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import tvm_ffi
@@ -13,6 +12,7 @@ import tvm_ffi
 from .._version import __version__
 from . import cache, manifest
 from .paths import ROOT_PREFIX, root_name
+from .untrusted import read_json
 
 
 def nearest(spec, tops: list[Path]) -> str:
@@ -24,7 +24,7 @@ def nearest(spec, tops: list[Path]) -> str:
     for top in tops:
         for path in sorted((top / spec.key_dir.parent.name).glob("[!.]*/[!.]*/meta.json")):
             try:
-                meta = cache.check_record(json.loads(path.read_bytes()))
+                meta = cache.check_record(read_json(path, regular=True))
             except (OSError, ValueError):
                 continue
             if meta["title"] != spec.title:
@@ -54,7 +54,7 @@ def _differences(spec, meta: dict) -> list[str]:
     mine = manifest.request(spec)
     out = [f"{what} {_shown(there)} there, {here} here" for what, here, there in (
         ("kernkit", __version__, meta["kernkit"]), ("tvm-ffi", tvm_ffi.__version__, meta["tvm_ffi"]),
-        ("backend", spec.backend, meta["backend"]), ("arch", mine["arch"], meta["arch"])) if here != there]
+        ("backend", spec.backend, meta.get("backend")), ("arch", mine["arch"], meta.get("arch"))) if here != there]
     theirs = meta.get("request")
     if theirs is None:
         return out + ["its record holds no build request (made by an older kernkit)"]

@@ -347,8 +347,173 @@ def three_archive(tmp_path_factory) -> Path:
     return top / "x.tar.gz"
 
 
+@pytest.fixture
+def three(three_archive, into_b) -> Path:
+    """``three_archive``, for a test that imports into the empty cache ``b``."""
+    return three_archive
+
+
+@pytest.fixture
+def into_b(tmp_path, monkeypatch) -> Path:
+    """The test runs in the cache ``b``, which does not exist yet."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    return tmp_path / "b"
+
+
+def _block(name: str, data: bytes) -> bytes:
+    """One plain member of a tar stream: its header, then its data padded to whole blocks."""
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info.tobuf(tarfile.GNU_FORMAT) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+
+
+def _sparse(name: str, size: int, data: bytes = b"{}") -> bytes:
+    """A GNU sparse member of ``size`` bytes that holds only ``data``, at its end: the rest is a
+    hole, which tarfile reads as zeros. Its header says so in fields ``TarInfo`` cannot write (the
+    map of the data at offset 386, the real size at 483), so they are set here."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = tarfile.GNUTYPE_SPARSE, len(data)
+    head = bytearray(info.tobuf(tarfile.GNU_FORMAT))
+    head[386:398] = tarfile.itn(size - len(data), 12, tarfile.GNU_FORMAT)
+    head[398:410] = tarfile.itn(len(data), 12, tarfile.GNU_FORMAT)
+    head[483:495] = tarfile.itn(size, 12, tarfile.GNU_FORMAT)
+    head[148:156] = b" " * 8
+    head[148:155] = b"%06o\0" % sum(head[:tarfile.BLOCKSIZE])
+    return bytes(head) + data + b"\0" * (-len(data) % tarfile.BLOCKSIZE)
+
+
+def _stream(out: Path, *members: bytes) -> Path:
+    """A .tar.gz of the members ``_block`` and ``_sparse`` made, in that order."""
+    import gzip
+
+    out.write_bytes(gzip.compress(b"".join(members) + b"\0" * 2 * tarfile.BLOCKSIZE))
+    return out
+
+
+@pytest.fixture
+def no_big_files():
+    """Files of this process stop at 64 MiB (``RLIMIT_FSIZE``; a write past it fails with
+    ``EFBIG``): a test of a member that claims a terabyte never fills the disk, whatever the
+    code under test does."""
+    import resource
+    import signal
+
+    old, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, old[1]))
+    yield
+    resource.setrlimit(resource.RLIMIT_FSIZE, old)
+    signal.signal(signal.SIGXFSZ, handler)
+
+
+@pytest.mark.parametrize("size", [1 << 40, 256 << 20])
+def test_a_sparse_library_member_is_refused_before_a_byte_is_written(tmp_path, three, capsys, no_big_files, size):
+    """A 2 KB archive whose ``lib.so`` is a GNU sparse member claiming a terabyte (its record
+    claiming the same): tarfile reads the hole as zeros, and the import wrote them until the
+    disk was full."""
+    index, files = _members(three)
+    name = f"{index[0]['dir']}/{cache.LIB_NAME}"
+    meta = json.loads(files[f"{index[0]['dir']}/meta.json"])
+    meta["lib"]["size"] = size
+    files[f"{index[0]['dir']}/meta.json"] = json.dumps(meta).encode()
+    members = [_block("index.json", json.dumps({"format": 1, "builds": index[:1]}).encode())]
+    members += [_sparse(n, size) if n == name else _block(n, files[n]) for n in files if n.startswith(index[0]["dir"])]
+    bad = _stream(tmp_path / "sparse.tar.gz", *members)
+    assert bad.stat().st_size < 4096
+    rc, _, err = _import(bad, capsys=capsys)
+    assert rc == 2 and f"is not a kernkit cache archive: its member {name!r} is a sparse file" in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_library_larger_than_a_build_can_be_is_refused_whole(tmp_path, three, capsys, monkeypatch):
+    """A gzip of zeros: a ``lib.so`` of 2 MiB of zeros, with ``MAX_LIB_BYTES`` lowered to 1 MiB
+    for the test, is refused from its header, before its data is read."""
+    monkeypatch.setattr(tool, "MAX_LIB_BYTES", 1 << 20, raising=False)
+    index, files = _members(three)
+    name = f"{index[0]['dir']}/{cache.LIB_NAME}"
+    files = {n: bytes(2 << 20) if n == name else d for n, d in files.items() if n.startswith(index[0]["dir"])}
+    bad = _write(tmp_path / "zeros.tar.gz", index[:1], files)
+    assert bad.stat().st_size < 64 << 10
+    rc, _, err = _import(bad, capsys=capsys)
+    assert rc == 2 and f"its member {name!r} holds {2 << 20} bytes, more than the 1.0 MiB it can be" in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_library_larger_than_its_record_claims_is_refused_before_it_is_written(tmp_path, three, capsys):
+    """The record claims half the library's bytes: refused before anything is extracted (the
+    import wrote the library whole, found its hash right, and published it with a record it
+    rewrote)."""
+    index, files = _members(three)
+    first = index[0]["dir"]
+    meta = json.loads(files[f"{first}/meta.json"])
+    size, meta["lib"]["size"] = meta["lib"]["size"], meta["lib"]["size"] // 2
+    files[f"{first}/meta.json"] = json.dumps(meta).encode()
+    rc, out, _ = _import(_write(tmp_path / "claim.tar.gz", index[:1], {n: d for n, d in files.items()
+                                                                      if n.startswith(first)}), capsys=capsys)
+    assert rc == 1 and f"its lib.so holds {size} bytes, and its record says {size // 2}" in out, out
+    assert not (tmp_path / "b").exists(), "nothing is written for a build refused by its record"
+
+
+def test_extracting_a_library_stops_at_the_size_its_record_claims(tmp_path):
+    """Whatever a member reads as (tarfile expands a sparse one), no byte beyond the record's
+    claim reaches the disk."""
+    data = os.urandom(3000)
+    archive = _write(tmp_path / "x.tar.gz", [], {"lib.so": data})
+    with tarfile.open(archive) as tar:
+        with pytest.raises(ValueError, match="its lib.so holds more than the 1000 bytes its record says"):
+            tool._extract(tar, tar.getmember("lib.so"), tmp_path / "out", 1000)
+        assert (tmp_path / "out").stat().st_size <= 1000
+        tool._extract(tar, tar.getmember("lib.so"), tmp_path / "whole", 3000)
+    assert (tmp_path / "whole").read_bytes() == data
+
+
+@pytest.mark.parametrize("kind", ["sparse, 1 TiB", "sparse, 256 MiB", "17 MiB of spaces", "a pax header of 1 TiB",
+                                  "a long name of 1 TiB"])
+def test_an_index_claiming_a_huge_size_is_not_an_archive(tmp_path, into_b, capsys, kind):
+    """An index claiming 1 TiB raised ``MemoryError`` (exit 1); one of 256 MiB was read into
+    memory whole. A member's extended header (a long name, pax records) is read whole by
+    tarfile before the member: it is bounded too."""
+    bad = tmp_path / "big.tar.gz"
+    if kind.startswith("sparse"):
+        _stream(bad, _sparse("index.json", 1 << 40 if "TiB" in kind else 256 << 20))
+        expect = "its member 'index.json' is a sparse file"
+    elif kind == "17 MiB of spaces":
+        _stream(bad, _block("index.json", b" " * (17 << 20) + b"{}"))
+        expect = f"its member 'index.json' holds {(17 << 20) + 2} bytes, more than the 16.0 MiB it can be"
+    else:
+        header = tarfile.TarInfo("././@LongLink")
+        header.type = tarfile.XHDTYPE if "pax" in kind else tarfile.GNUTYPE_LONGNAME
+        header.size = 1 << 40
+        _stream(bad, header.tobuf(tarfile.GNU_FORMAT) + b"x" * tarfile.BLOCKSIZE)
+        expect = f"a header of its claims {1 << 40} bytes, more than the 1.0 MiB one can be"
+    assert bad.stat().st_size < 64 << 10
+    rc, _, err = _import(bad, capsys=capsys)
+    assert rc == 2 and err.startswith(f"error: {bad} is not a kernkit cache archive: {expect}"), err
+    assert "Traceback" not in err and not (tmp_path / "b").exists()
+
+
 def _deep(n: int = 100_000) -> bytes:
     return b"[" * n + b"]" * n
+
+
+def test_an_index_nested_100000_deep_is_not_an_archive(tmp_path, into_b, capsys):
+    rc, _, err = _import(_stream(tmp_path / "deep.tar.gz", _block("index.json", _deep())), capsys=capsys)
+    assert rc == 2 and "its index.json cannot be read (it nests arrays and objects more than 64 deep)" in err, err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_record_nested_100000_deep_is_refused_and_every_other_build_is_imported(tmp_path, three, capsys):
+    """The second of three builds has a ``meta.json`` nested 100,000 deep: ``RecursionError``
+    escaped after the first was published, the third was never tried, and no summary was
+    printed. Every record is read before any build is written: the second is refused by name,
+    the other two imported."""
+    index, files = _members(three)
+    files[f"{index[1]['dir']}/meta.json"] = _deep()
+    rc, out, err = _import(_write(tmp_path / "deep.tar.gz", index, files), capsys=capsys)
+    assert rc == 1, out + err
+    assert f"REFUSED {index[1]['dir']} ({index[1]['title']}): its meta.json cannot be read (it nests arrays and " \
+           "objects more than 64 deep)" in out, out
+    assert out.splitlines()[-1] == f"imported 2 builds into {tmp_path / 'b' / 'v2'}, refused 1"
+    assert _published(tmp_path / "b") == sorted(f"v2/{e['dir']}" for e in (index[0], index[2]))
 
 
 @pytest.fixture

@@ -21,10 +21,11 @@ its architecture, that its directory is the one its recorded build request keys 
 headers it was built from are this installation's, byte for byte (those of a user's project,
 recorded relative to its kernel root, are compared by each load, wherever the project is). A
 build that fails a check is refused, named, and nothing of it is published; one the cache holds
-already is counted as already present. An archive that is not one kernkit wrote (a bad index, a
-member that is not a file, a truncated file) is refused whole, before anything is written. An
-archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is the one `cache
-export` printed on the build box.
+already is counted as already present. Every build's record is checked before any build is
+published. An archive that is not one kernkit wrote (a bad index, a member that is not a plain
+file, a member larger than a build's can be, a truncated file) is refused whole, before anything
+is written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
+the one `cache export` printed on the build box.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tarfile
 import time
@@ -56,6 +56,7 @@ from ..jit.cache import root as cache_root
 from ..jit.cache import sha256 as file_sha256
 from ..jit.config import SHARED_VAR, shared_entries
 from ..jit.paths import LIB_NAME
+from ..jit.untrusted import MAX_JSON_BYTES, parse_json
 from . import output, replay
 
 #: The archive's layout version (its ``index.json``).
@@ -65,6 +66,10 @@ ARCHIVE_FORMAT = 1
 #: names it: no separator, no dot part, nothing hidden (``.locks``, ``.staging``).
 _PART = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+
+#: The most bytes a build's library may have in an archive, far above any build's (a few MiB):
+#: a member claiming more is refused before any of it is read or written.
+MAX_LIB_BYTES = 1 << 30
 
 
 def human_size(n: float) -> str:
@@ -262,8 +267,9 @@ def import_builds(archive: Path, archs: list[str] | None = None,
                   expect_sha256: str | None = None) -> tuple[list[str], list[str]]:
     """Publish the builds of an archive into the cache, with the same atomic publish as a
     compile. The archive is checked whole first (``_read_archive``: nothing is written for one
-    that fails); then each build is published only after ``_check_member`` passes, and a build
-    that fails is not published and nothing of it remains.
+    that fails), then every build's record (``_claim``), before any build is written; then each
+    build is published only after ``_check_member`` passes, and a build that fails is not
+    published and nothing of it remains.
 
     Parameters
     ----------
@@ -294,19 +300,27 @@ def import_builds(archive: Path, archs: list[str] | None = None,
             allowed = {str(target_arch())}
         except ArchError:
             allowed = None  # no GPU and no KERNKIT_CUDA_ARCH: any architecture
-    tar, index = _read_archive(archive, expect_sha256)
+    tar, index, files = _read_archive(archive, expect_sha256)
     done, refused = [], []
     with tar:
+        claims = {}
         for entry in index:
+            try:
+                claims[entry["dir"]] = _claim(tar, files, entry["dir"])
+            except _UNREADABLE as e:
+                refused.append(f"{entry['dir']} ({entry['title']}): {e}")
+        for entry in index:
+            if entry["dir"] not in claims:
+                continue
             staging = None
             try:
                 staging = staging_dir(entry["sha256"][:16])
-                meta = _check_member(tar, entry, staging, allowed)
+                meta = _check_member(tar, files, entry, staging, allowed, claims[entry["dir"]])
                 publish_build(staging, cache_root() / entry["dir"], meta)
                 done.append(entry["title"])
             except CacheDirError as e:  # no member can be published: stop, saying why
                 raise ArchiveError(f"cannot import {archive}: {e}") from None
-            except (ValueError, OSError, tarfile.TarError) as e:
+            except _UNREADABLE as e:
                 refused.append(f"{entry['dir']} ({entry['title']}): {e}")
             finally:
                 if staging is not None:  # gone once published; else what was extracted
@@ -314,13 +328,25 @@ def import_builds(archive: Path, archs: list[str] | None = None,
     return done, refused
 
 
-def _read_archive(archive: Path, expect_sha256: str | None) -> tuple[tarfile.TarFile, list[dict]]:
+#: What reading an archive's member or checking a build of it raises: that build is refused.
+_UNREADABLE = (ValueError, OSError, EOFError, zlib.error, tarfile.TarError)
+
+
+def _read_archive(archive: Path, expect_sha256: str | None
+                  ) -> tuple[tarfile.TarFile, list[dict], dict[str, tarfile.TarInfo]]:
     """The archive, read whole (so a truncated one fails here) and checked whole before anything
-    is written: its SHA-256 is ``expect_sha256`` when given; its members are regular files, each
-    once: ``index.json`` and, for each of its entries, ``<dir>/lib.so`` and ``<dir>/meta.json``,
-    nothing else; each entry is ``{"dir", "title", "sha256"}``, strings, with ``dir`` a build
-    directory ``<name>/<args>-<key16>/<build12>`` of plain names (``_PART``) and ``sha256`` 64 hex
-    digits. Raises ``ArchiveError`` saying why it is not a kernkit cache archive."""
+    is written: its SHA-256 is ``expect_sha256`` when given; its members are plain regular files
+    no larger than they can be (``_member_problem``, checked as each is listed, before tarfile
+    reads past it), each once: ``index.json`` and, for each of its entries, ``<dir>/lib.so`` and
+    ``<dir>/meta.json``, nothing else; the index is JSON (``untrusted.parse_json``) and each
+    entry is ``{"dir", "title", "sha256"}``, strings, with ``dir`` a build directory
+    ``<name>/<args>-<key16>/<build12>`` of plain names (``_PART``) and ``sha256`` 64 hex digits.
+
+    Returns
+    -------
+    ``(tar, entries, members)``: the open archive, the index's entries, its members by name.
+    Raises ``ArchiveError`` saying why it is not a kernkit cache archive.
+    """
     try:
         data = archive.read_bytes()
     except OSError as e:
@@ -332,24 +358,27 @@ def _read_archive(archive: Path, expect_sha256: str | None) -> tuple[tarfile.Tar
     def refuse(why: str) -> ArchiveError:
         return ArchiveError(f"{archive} is not a kernkit cache archive: {why}")
 
+    files: dict[str, tarfile.TarInfo] = {}
     try:
-        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
-        members = tar.getmembers()
+        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*", tarinfo=_Header)
+        for m in tar:  # one at a time: a member is checked before tarfile skips over its data
+            problem = _member_problem(m)
+            if problem:
+                raise refuse(f"its member {m.name!r} {problem}")
+            if m.name in files:
+                raise refuse(f"its member {m.name!r} appears twice")
+            files[m.name] = m
+        index = tar.extractfile(files["index.json"]).read() if "index.json" in files else None
     except (EOFError, OSError, zlib.error, tarfile.TarError) as e:
         raise refuse(f"not a readable tar file, or truncated ({type(e).__name__}: {e})") from None
-    files: dict[str, tarfile.TarInfo] = {}
-    for m in members:
-        if not m.isreg():
-            raise refuse(f"its member {m.name!r} is not a regular file")
-        if m.name in files:
-            raise refuse(f"its member {m.name!r} appears twice")
-        files[m.name] = m
-    if "index.json" not in files:
+    except _HeaderTooBig as e:
+        raise refuse(str(e)) from None
+    if index is None:
         raise refuse("it has no index.json")
     try:
-        head = json.loads(tar.extractfile(files["index.json"]).read())
+        head = parse_json(index)
     except ValueError as e:
-        raise refuse(f"its index.json is not JSON ({e})") from None
+        raise refuse(f"its index.json cannot be read ({e})") from None
     if type(head) is not dict or type(head.get("builds")) is not list:
         raise refuse("its index.json is not an object with a list 'builds'")
     if head.get("format") != ARCHIVE_FORMAT:
@@ -370,25 +399,97 @@ def _read_archive(archive: Path, expect_sha256: str | None) -> tuple[tarfile.Tar
             listed.add(name)
     if len(files) > len(listed):
         raise refuse(f"its member {sorted(set(files) - listed)[0]!r} is in no entry of its index")
-    return tar, head["builds"]
+    return tar, head["builds"], files
 
 
-def _check_member(tar: tarfile.TarFile, entry: dict, staging: Path, allowed: set[str] | None) -> dict:
-    """Extract one build of the archive into ``staging`` and return the record to publish it
-    with; raises ``ValueError`` saying which check failed: the record's fields have their types
-    (``check_record``), the library's sha256 is its record's, the record's kernkit and tvm-ffi
-    versions are these, its architecture is ``allowed``, its directory is the key directory of
-    the build request it records (the key recomputed here, so a build placed under another key
-    is refused), and each header it was built from is, byte for byte, this installation's
-    (kernkit's own are looked up here, wherever kernkit is installed). A header recorded relative
-    to the kernel root of the user's project is kept as recorded: the project may be anywhere,
-    and each load compares it, by SHA-256, with the file under the root of the spec it loads for."""
+#: The most bytes an extended header (a long name, pax records) of an archive member may claim.
+_MAX_HEADER_BYTES = 1 << 20
+_EXTENDED = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+             tarfile.SOLARIS_XHDTYPE)
+
+
+class _HeaderTooBig(Exception):
+    """An extended header that claims more than ``_MAX_HEADER_BYTES`` (not a ``tarfile.ReadError``,
+    which ``tarfile.open`` would take as a sign to try another compression)."""
+
+
+class _Header(tarfile.TarInfo):
+    """A member's header as ``_read_archive`` reads it. tarfile reads an extended header into
+    memory whole, as large as it claims, before it returns the member it belongs to: a header
+    claiming a terabyte raised ``MemoryError``. One claiming more than ``_MAX_HEADER_BYTES`` is
+    refused before it is read."""
+
+    def _proc_member(self, tarfile):  # where tarfile lets a subclass handle a header its own way
+        if self.type in _EXTENDED and self.size > _MAX_HEADER_BYTES:
+            raise _HeaderTooBig(f"a header of its claims {self.size} bytes, more than the "
+                                f"{human_size(_MAX_HEADER_BYTES)} one can be")
+        return super()._proc_member(tarfile)
+
+
+def _member_problem(m: tarfile.TarInfo) -> str | None:
+    """Why the member ``m`` cannot be one ``export_builds`` wrote, or None. It must be a plain
+    regular file: not a link, device or directory, nor a sparse file, whose holes tarfile writes
+    out as zeros, however few bytes the archive holds (a 2 KB archive could fill the disk). And
+    it must be no larger than it can be: ``MAX_JSON_BYTES`` for the index and a record,
+    ``MAX_LIB_BYTES`` for a library."""
+    if m.issparse():
+        return "is a sparse file"
+    if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        return "is not a regular file"
+    limit = MAX_JSON_BYTES if m.name == "index.json" or m.name.endswith("/meta.json") else MAX_LIB_BYTES
+    if m.size > limit:
+        return f"holds {m.size} bytes, more than the {human_size(limit)} it can be"
+    return None
+
+
+def _record(tar: tarfile.TarFile, files: dict[str, tarfile.TarInfo], member: str) -> dict:
+    """The record (``meta.json``) of the build at ``member``: JSON within the limits of
+    ``untrusted.parse_json`` (its size is bounded by ``_member_problem``) and of the types
+    ``check_record`` asks; else ``ValueError`` saying why."""
+    try:
+        value = parse_json(tar.extractfile(files[f"{member}/meta.json"]).read())
+    except ValueError as e:
+        raise ValueError(f"its meta.json cannot be read ({e})") from None
+    return check_record(value)
+
+
+def _claim(tar: tarfile.TarFile, files: dict[str, tarfile.TarInfo], member: str) -> int:
+    """The size of the library of the build at ``member``, as its record (``_record``) gives it
+    and its member in the archive holds; else ``ValueError``. It reads no library: every build's
+    record is checked this way before any build is written."""
+    claim, size = _record(tar, files, member)["lib"]["size"], files[f"{member}/{LIB_NAME}"].size
+    if claim != size:
+        raise ValueError(f"its {LIB_NAME} holds {size} bytes, and its record says {claim} (truncated or altered)")
+    return size
+
+
+def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, claim: int) -> None:
+    """Write the member ``info`` to ``target``, stopping with ``ValueError`` before it writes a
+    byte beyond the ``claim`` its record makes, whatever the archive says it holds."""
+    with tar.extractfile(info) as src, open(target, "wb") as dst:
+        left = claim
+        while block := src.read(min(left + 1, 1 << 20)):
+            if len(block) > left:
+                raise ValueError(f"its {Path(info.name).name} holds more than the {claim} bytes its record says")
+            dst.write(block)
+            left -= len(block)
+
+
+def _check_member(tar: tarfile.TarFile, files: dict[str, tarfile.TarInfo], entry: dict, staging: Path,
+                  allowed: set[str] | None, claim: int) -> dict:
+    """Extract the library of one build of the archive into ``staging``, at most the ``claim``
+    bytes its record makes (``_extract``), and return the record to publish it with; raises
+    ``ValueError`` saying which check failed: the record is readable (``_record``), the
+    library's sha256 is its record's, the record's kernkit and tvm-ffi versions are these, its
+    architecture is ``allowed``, its directory is the key directory of the build request it
+    records (the key recomputed here, so a build placed under another key is refused), and each
+    header it was built from is, byte for byte, this installation's (kernkit's own are looked up
+    here, wherever kernkit is installed). A header recorded relative to the kernel root of the
+    user's project is kept as recorded: the project may be anywhere, and each load compares it,
+    by SHA-256, with the file under the root of the spec it loads for."""
     member = entry["dir"]
-    for name in (LIB_NAME, "meta.json"):
-        with tar.extractfile(f"{member}/{name}") as src, open(staging / name, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-    meta = check_record(json.loads((staging / "meta.json").read_bytes()))
-    (staging / "meta.json").unlink()  # publish writes the record anew
+    _extract(tar, files[f"{member}/{LIB_NAME}"], staging / LIB_NAME, claim)
+    meta = _record(tar, files, member)
     digest = file_sha256(staging / LIB_NAME)
     if digest != meta["lib"]["sha256"] or digest != entry["sha256"]:
         raise ValueError(f"{LIB_NAME} does not match its recorded sha256 (truncated or altered)")

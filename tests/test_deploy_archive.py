@@ -516,6 +516,32 @@ def test_a_record_nested_100000_deep_is_refused_and_every_other_build_is_importe
     assert _published(tmp_path / "b") == sorted(f"v2/{e['dir']}" for e in (index[0], index[2]))
 
 
+def test_a_name_with_terminal_escapes_is_listed_escaped_and_refused_at_import(tmp_path, monkeypatch, capsys):
+    """A build whose template argument holds ``ESC ] 0 ; ... BEL`` (set the terminal's title)
+    and ``ESC [2J`` (clear it), made by hand as ``load_jit`` no longer makes it: ``cache list``
+    printed it raw; ``cache import`` published it."""
+    import dataclasses
+
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
+    evil = "fp32_t\x1b]0;pwned\x07\x1b[2J"
+    spec = dataclasses.replace(scale_spec(torch.float32, "emu"), template_args=(evil, "false"))
+    spec.build()
+    capsys.readouterr()  # the compile's own line names the spec as this test made it
+    assert cli.main(["cache", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert r"scale<fp32_t\x1b]0;pwned\x07\x1b[2J, false>" in out, out
+    tool.export_builds(tmp_path / "x.tar.gz")
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    rc, out, err = _import(tmp_path / "x.tar.gz", capsys=capsys)
+    assert rc == 1 and "refused 1" in out, out + err
+    assert "\x1b" not in out + err and r"holds a control character" in out, out
+    assert _published(tmp_path / "b") == []
+    with pytest.raises(ValueError, match=r"load_jit: marker 'fp32_t\\x1b\]0;pwned\\x07\\x1b\[2J' holds a control"):
+        JitSpec.make("scale", evil, "false", cuda_files=["elementwise/scale.cuh"],
+                     cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu")
+
+
 @pytest.fixture
 def deadline():
     """The test fails, rather than hangs, if it takes more than a minute (a read that blocks on a

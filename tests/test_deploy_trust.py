@@ -136,11 +136,18 @@ def test_a_manifest_string_with_a_control_character_is_refused_before_anything_b
 
 
 def test_a_flag_with_a_control_character_never_reaches_build_ninja(fresh_cache):
+    """``load_jit`` refuses such a flag; one from where it cannot look (``CXX``, ``CUDA_HOME``),
+    made here by replacing a spec's flags, is refused by the writer of ``build.ninja``."""
+    import dataclasses
+
     from kernkit.jit import JitSpec
 
-    spec = JitSpec.make("scale", "fp32_t", "false", cuda_files=["elementwise/scale.cuh"],
-                        cuda_wrappers=[("scale", "scale<fp32_t, false>")], backend="emu",
-                        extra_cflags=["-O2\nbuild pwned: phony"])
+    options = {"cuda_files": ["elementwise/scale.cuh"], "cuda_wrappers": [("scale", "scale<fp32_t, false>")],
+               "backend": "emu"}
+    with pytest.raises(ValueError, match=r"load_jit: extra_cflags '-O2\\nbuild pwned: phony' holds a control"):
+        JitSpec.make("scale", "fp32_t", "false", extra_cflags=["-O2\nbuild pwned: phony"], **options)
+    spec = dataclasses.replace(JitSpec.make("scale", "fp32_t", "false", **options),
+                               extra_cflags=("-O2\nbuild pwned: phony",))
     with pytest.raises(ValueError, match=r"a build command cannot hold a control character: '-O2\\nbuild pwned"):
         spec.build()
     assert not list(fresh_cache.glob("v2/.staging/*/build.ninja")) and not list(fresh_cache.glob("v2/scale/*/*"))
@@ -484,8 +491,9 @@ def test_a_frozen_compile_that_cannot_be_counted_is_a_cache_dir_error(scale_cold
                                             r"directory .*point KERNKIT_CACHE_DIR at a writable directory"):
         ops.scale(torch.ones(4), 2.0)
 
+
 # --------------------------------------------------------------------------------------------
-# Round four: JSON from elsewhere is read within limits
+# Round four: JSON from elsewhere is read within limits; names hold no control character
 
 
 def test_json_from_elsewhere_is_read_within_a_size_and_a_nesting_limit(tmp_path):
@@ -539,3 +547,32 @@ def test_a_manifest_too_deep_or_too_big_is_refused_naming_it(tmp_path, fresh_cac
     assert path.stat().st_mtime_ns == before.st_mtime_ns
 
 
+@pytest.mark.parametrize("option, value, expect", [
+    ("marker", "fp32_t\x1b]0;pwned\x07", r"load_jit: marker 'fp32_t\\x1b\]0;pwned\\x07' holds a control character"),
+    ("extra_cflags", ["-DTAG=a\tb"], r"load_jit: extra_cflags '-DTAG=a\\tb' holds a control character"),
+    ("extra_include_paths", ["/tmp/x\x1b[2J"], r"load_jit: extra_include_paths '/tmp/x\\x1b\[2J' holds a control"),
+    ("cuda_files", ["elementwise/scale.cuh\r"], r"load_jit: cuda_files 'elementwise/scale.cuh\\r' holds a control"),
+    ("cuda_wrappers", [("scale", "scale<fp32_t, false>\x9b2J")],
+     r"cuda_wrappers: 'scale<fp32_t, false>\\x9b2J' is not a function"),
+])
+def test_load_jit_refuses_a_control_character_so_no_manifest_warmup_refuses_is_recorded(
+        tmp_path, fresh_cache, monkeypatch, option, value, expect):
+    """``load_jit`` took a marker holding escape sequences (which ``cache list`` printed raw) and
+    a flag with a tab, and ``KERNKIT_RECORD`` wrote them into a manifest that ``warmup
+    --manifest`` then refused. Now nothing with a control character makes a spec."""
+    from kernkit.jit import load_jit
+
+    record = tmp_path / "m.json"
+    monkeypatch.setenv("KERNKIT_RECORD", str(record))
+    marker = ["scale", "fp32_t", "false"]
+    options: dict = {"cuda_files": ["elementwise/scale.cuh"], "cuda_wrappers": [("scale", "scale<fp32_t, false>")],
+                     "backend": "emu"}
+    if option == "marker":
+        marker[1] = value
+    else:
+        options[option] = value
+    with pytest.raises(ValueError, match=expect):
+        load_jit(*marker, **options)
+    assert not record.exists() and not list(fresh_cache.glob("v2/scale/*/*/lib.so"))
+    scale_spec(torch.float32, "emu").build()  # a spec without one: recorded, and replayed
+    assert len(replay.specs(record)) == 1

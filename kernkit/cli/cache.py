@@ -115,7 +115,7 @@ def published(kernel: str | None = None, top: Path | None = None) -> list[tuple[
             try:
                 record = read_build(meta.parent)
             except CorruptBuildError as e:
-                print(f"kernkit: skipped a damaged build: {e}", file=sys.stderr)
+                print(f"kernkit: skipped a damaged build: {printable(str(e))}", file=sys.stderr)
                 continue
             if record is not None:  # None: being removed
                 builds.append((meta.parent, record))
@@ -638,7 +638,8 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "clear":
         n, left = clear(args.kernel)
         return _report_removal(n, left, f" of {args.kernel}" if args.kernel else "")
-    # The local cache, then the shared ones (KERNKIT_CACHE_SHARED), which loads search first.
+    # The local cache, then the shared ones (KERNKIT_CACHE_SHARED), which loads search first. A
+    # record's strings are anyone's who could write the cache: escaped, so none rewrites the terminal.
     now, shared = time.time(), shared_roots()
     rows = [("SPECIALIZATION", "BACKEND", "ARCH", "SIZE", "AGE", *(("CACHE",) if shared else ()))]
     totals = []
@@ -649,9 +650,9 @@ def run(args: argparse.Namespace) -> int:
             size = tree_size(path)
             total += size
             san = sanitizers(meta)
-            rows.append((meta.get("title", path.parent.parent.name),
-                         (meta.get("backend") or "c++") + (f" sanitize={san}" if san else ""),
-                         meta.get("arch") or "-", human_size(size), _age(now - meta.get("built_at", now)),
+            rows.append((printable(meta.get("title", path.parent.parent.name)),
+                         printable((meta.get("backend") or "c++") + (f" sanitize={san}" if san else "")),
+                         printable(meta.get("arch") or "-"), human_size(size), _age(now - meta.get("built_at", now)),
                          *((f"shared {i}" if i else "local",) if shared else ())))
         where = f"shared {i}: {top} ({SHARED_VAR}, read-only)" if i else str(top)
         totals += summary(top, len(builds), total, where)

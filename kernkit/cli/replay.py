@@ -10,23 +10,19 @@ from collections.abc import Sequence
 from ..jit import ArchError, CudaArch, JitSpec
 from ..jit.manifest import ManifestError
 from ..jit.manifest import read as read_manifest
+from ..jit.untrusted import control
 
 #: The fields of a request that list flags: replaying a request passes them to the compilers.
 FLAG_FIELDS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
 _LISTS = ("cuda_files", "cpp_files", *FLAG_FIELDS, "extra_include_paths")
 
 
-def _control(text: str) -> bool:
-    """Whether ``text`` holds a control character (C0, DEL or C1): a newline ends a line of
-    ``build.ninja``, an escape sequence rewrites a terminal."""
-    return any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in text)
-
-
 def _check_request(req: object, extra_flags: bool = True) -> dict:
     """``req`` if it is a whole, well-formed request, else ``ValueError`` naming the field:
     ``marker`` a non-empty list of strings, the file and flag fields lists of strings, the
     wrappers lists of ``[name, symbol]`` pairs, ``backend``, ``arch`` and ``kernel_root`` (which
-    may be left out) a string or null, and no string anywhere with a control character. With
+    may be left out) a string or null, and no string anywhere with a control character
+    (``untrusted.control``: a newline ends a line of ``build.ninja``). With
     ``extra_flags=False`` a request that carries flags (``FLAG_FIELDS``) is refused too."""
     if not isinstance(req, dict):
         raise ValueError(f"a request is a JSON object, got {type(req).__name__}")
@@ -47,7 +43,7 @@ def _check_request(req: object, extra_flags: bool = True) -> dict:
             raise ValueError(f"{field!r} must be a string or null, got {req.get(field)!r}")
         fields[field] = [req[field]] if req.get(field) else []
     for field, value in fields.items():
-        bad = next((v for v in value if _control(v)), None)
+        bad = next((v for v in value if control(v)), None)
         if bad is not None:
             raise ValueError(f"{field!r} holds a control character: {bad!r}")
     flags = [f for field in FLAG_FIELDS for f in req[field]]
@@ -63,7 +59,7 @@ def _title(req: object) -> str:
     if not (isinstance(marker, list) and marker and all(isinstance(m, str) for m in marker)):
         return ""
     title = marker[0] + (f"<{', '.join(marker[1:])}>" if marker[1:] else "")
-    return f" ({title!r})" if _control(title) else f" ({title})"
+    return f" ({title!r})" if control(title) else f" ({title})"
 
 
 def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool = True) -> list:

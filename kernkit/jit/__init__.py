@@ -3,7 +3,7 @@ once into an on-disk cache, and load it as a tvm-ffi module whose functions take
 
 Modules, one job each, each importing only modules named before it: ``args`` (template
 arguments), ``memo`` (``cache_once``), ``config`` (environment variables), ``arch`` (the
-target), ``paths`` (where kernkit's files are), ``untrusted`` (JSON from elsewhere),
+target), ``paths`` (where kernkit's files are), ``untrusted`` (JSON and names from elsewhere),
 ``maker`` (detached makers of shared files), ``cache`` (the disk cache), ``pch`` and
 ``prebuilt`` (the files builds share), ``split`` (a source's device and host halves),
 ``backends`` (compilers and builds, one module per backend), ``manifest`` (record the

@@ -38,6 +38,7 @@ from .paths import (
     root_name,
     shipped_name,
 )
+from .untrusted import control
 
 logger = logging.getLogger("kernkit.jit")
 
@@ -70,11 +71,23 @@ class CaptureCompileError(RuntimeError):
 
 def _strings(value: str | os.PathLike[str] | Iterable[object], what: str) -> tuple[str, ...]:
     if isinstance(value, (str, os.PathLike)):
-        return (str(value),)
+        return _plain((str(value),), what)
     try:  # load_jit passes its options on unchecked: one that is not iterable raises here
-        return tuple(str(v) for v in value)
+        return _plain(tuple(str(v) for v in value), what)
     except TypeError:
         raise TypeError(f"load_jit: {what} must be a sequence of strings, got {value!r}") from None
+
+
+def _plain(values: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """``values``, unless one holds a control character (``untrusted.control``): then a
+    ``ValueError`` naming ``what``. A spec's strings name its build in messages and ``cache
+    list``, and go into ``build.ninja`` and the manifest ``KERNKIT_RECORD`` writes, which
+    ``warmup --manifest`` refuses with one."""
+    bad = next((v for v in values if control(v)), None)
+    if bad is not None:
+        raise ValueError(f"load_jit: {what} {bad!r} holds a control character: no name, file or flag may (a "
+                         "newline or an escape sequence would reach build.ninja, a manifest or a terminal)")
+    return values
 
 
 def _source(name: str, check: bool = True) -> str:
@@ -123,7 +136,7 @@ def _wrappers(wrappers: Iterable[object], what: str) -> tuple[tuple[str, str], .
             raise ValueError(f"{what}: export name {name!r} is not a C identifier")
         if name in (n for n, _ in out):
             raise ValueError(f"{what}: export name {name!r} given twice")
-        if not symbol or any(c in symbol for c in ";\n{}"):
+        if not symbol or any(c in symbol for c in ";{}") or control(symbol):
             raise ValueError(f"{what}: {symbol!r} is not a function or static member function name")
         out.append((name, symbol))
     return tuple(out)
@@ -239,7 +252,7 @@ class JitSpec:
         exist here (``from_request`` binding a build made elsewhere)."""
         if not marker:
             raise ValueError("load_jit: give at least one marker (the kernel's name)")
-        name, *args = (str(m) for m in marker)
+        name, *args = _plain(tuple(str(m) for m in marker), "marker")
         cuda = tuple(_source(f, check) for f in _strings(cuda_files, "cuda_files"))
         cpp = tuple(_source(f, check) for f in _strings(cpp_files, "cpp_files"))
         cuda_w, cpp_w = _wrappers(cuda_wrappers, "cuda_wrappers"), _wrappers(cpp_wrappers, "cpp_wrappers")
@@ -268,6 +281,7 @@ class JitSpec:
         includes = tuple(str(Path(p).resolve()) for p in _strings(extra_include_paths, "extra_include_paths"))
         if root is not None and not any(_root_name(f, root) for f in (*cuda, *cpp, *includes)):
             root = None  # nothing is under it: keyed as before, by absolute paths
+        _plain((root,) if root else (), "kernel_root")
         return cls(name, tuple(args), cuda, cpp, cuda_w, cpp_w, cflags,
                    _strings(extra_cuda_cflags, "extra_cuda_cflags") if backend == "nvcc" else (), ldflags, includes,
                    backend, arch, root)

@@ -1,5 +1,6 @@
 """What kernkit reads from elsewhere: JSON files (build records, an archive's index, manifests),
-read within a size and a nesting limit. A leaf: the cache, the manifests and the tools read it.
+read within a size and a nesting limit, and names, which hold no control character. A leaf:
+the cache, the specs, the manifests and the tools read it.
 
 Whoever writes a cache, an archive or a manifest chooses these bytes. Without limits a file of
 zeros could be read into memory whole, and arrays nested 100,000 deep make ``json.loads``
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 
 #: The most bytes a JSON file from elsewhere may hold: far above any record, index or manifest
@@ -20,6 +22,15 @@ MAX_JSON_BYTES = 16 << 20
 
 #: The deepest nesting of arrays and objects such a file may have.
 MAX_JSON_DEPTH = 64
+
+#: C0, DEL and C1: a newline ends a line of ``build.ninja``, an escape sequence rewrites a terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def control(text: str) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL or C1)."""
+    return _CONTROL.search(text) is not None
+
 
 def read_bytes(path: str | os.PathLike, limit: int = MAX_JSON_BYTES, regular: bool = False) -> bytes:
     """The content of the file at ``path``, at most ``limit`` bytes.

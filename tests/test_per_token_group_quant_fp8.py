@@ -25,6 +25,7 @@ from kernkit.ops.per_token_group_quant_fp8 import (
     GROUP_QUANT_DTYPES,
     GROUP_SIZES,
     _module,
+    _outputs,
     per_token_group_quant_fp8_spec,
 )
 from kernkit.testing.invalid import VALID, Arena, check_invalid, invalid_calls
@@ -36,6 +37,7 @@ from kernkit.testing.ops.per_token_group_quant_fp8 import (
     fp8,
     fp16,
     fp32,
+    group_scales_layout,
     ref_per_token_group_quant_fp8,
     ue8m0_ceil,
 )
@@ -283,29 +285,51 @@ def test_custom_ops_their_schemas_and_opcheck():
     x = groups_of(3, 256, bf16, 128, seed=11)
     q, s = torch.ops.kernkit.per_token_group_quant_fp8(x, 128, column_major_scales=True, scale_ue8m0=True)
     assert_bit_exact(x, q, s, 128, True, True)
-    out = torch.empty(3, 256, dtype=fp8)
-    s = torch.ops.kernkit.per_token_group_quant_fp8_out(out, x, 64)
+    out, s = torch.empty(3, 256, dtype=fp8), torch.empty(3, 4)
+    assert torch.ops.kernkit.per_token_group_quant_fp8_out(out, s, x, 64) is None
     assert_bit_exact(x, out, s, 64)
     schema = str(torch.ops.kernkit.per_token_group_quant_fp8_out.default._schema)
-    assert schema == ("kernkit::per_token_group_quant_fp8_out(Tensor(a0!) out, Tensor x, SymInt group_size=128, *, "
-                      "bool column_major_scales=False, bool scale_ue8m0=False, float eps=1e-10) -> Tensor")
+    assert schema == ("kernkit::per_token_group_quant_fp8_out(Tensor(a0!) out, Tensor(a1!) out_scales, Tensor x, "
+                      "SymInt group_size=128, *, bool column_major_scales=False, bool scale_ue8m0=False, "
+                      "float eps=1e-10) -> ()")
     for layout in LAYOUTS:
         torch.library.opcheck(torch.ops.kernkit.per_token_group_quant_fp8.default, (x, 128),
                               dict(column_major_scales=layout[0], scale_ue8m0=layout[1]))
 
 
 def test_torch_compile_fullgraph_matches_the_reference():
-    def fn(x, out):
+    def fn(x, out, out_scales, packed):
         q1, s1 = per_token_group_quant_fp8(x, 128, column_major_scales=True)
         q2, s2 = per_token_group_quant_fp8(x, 64, scale_ue8m0=True, out=out)
-        return q1, s1, q2, s2
+        q3, s3 = per_token_group_quant_fp8(x, 64, column_major_scales=True, out_scales=out_scales)
+        q4, s4 = per_token_group_quant_fp8(x, 16, column_major_scales=True, scale_ue8m0=True, out=q3.new_empty(5, 256),
+                                           out_scales=packed)
+        return q1, s1, q2, s2, q3, s3, q4, s4
 
     x = groups_of(5, 256, bf16, 64, seed=12)
     out = torch.empty(5, 256, dtype=fp8)
-    q1, s1, q2, s2 = torch.compile(fn, backend="aot_eager", fullgraph=True)(x, out)
+    out_scales, packed = torch.empty(4, 8).t()[:5], torch.empty(4, 8, dtype=torch.int32).t()[:5]
+    q1, s1, q2, s2, q3, s3, q4, s4 = torch.compile(fn, backend="aot_eager", fullgraph=True)(x, out, out_scales, packed)
     assert_bit_exact(x, q1, s1, 128, True)
     assert_bit_exact(x, q2, s2, 64, False, True)
+    assert_bit_exact(x, q3, s3, 64, True)
+    assert_bit_exact(x, q4, s4, 16, True, True)
     assert torch.equal(out.view(torch.uint8), q2.view(torch.uint8))
+    assert torch.equal(out_scales, s3) and torch.equal(packed, s4)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_out_scales_is_written_and_returned_and_its_padding_kept(layout):
+    x = groups_of(5, 512, bf16, 128, seed=8)
+    cols, dtype, column_major = group_scales_layout(4, *layout)
+    buf = torch.full((cols, 8) if column_major else (5, cols), 7, dtype=dtype)
+    out_scales = buf.t()[:5] if column_major else buf
+    q, scales = per_token_group_quant_fp8(x, 128, column_major_scales=layout[0], scale_ue8m0=layout[1],
+                                          out_scales=out_scales)
+    assert scales is out_scales
+    assert_bit_exact(x, q, scales, 128, *layout)
+    if column_major:
+        assert (buf[:, 5:] == 7).all()  # the padding tokens
 
 
 def test_specializations_describe_the_builds():
@@ -392,6 +416,7 @@ def group_quant_params(draw):
         tokens=draw(st.sampled_from([0, 1, 3, 7])),
         x_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
         out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        out_scales=draw(st.sampled_from([None, "given"])),
         layout=draw(st.sampled_from(GQ_LAYOUTS)),
         eps=draw(st.sampled_from([1e-10, 0.0, 3])),
         seed=draw(st.integers(0, 2**16)),
@@ -400,8 +425,10 @@ def group_quant_params(draw):
 
 def group_quant_args(a: Arena, p: dict) -> dict:
     x, out = quant.quant_x_out(a, p, GQ_HIDDEN)
+    out_scales = p["out_scales"] and quant.scales_view(a, p["tokens"], *group_scales_layout(GQ_HIDDEN // GQ_GROUP,
+                                                                                             *p["layout"]))
     return dict(x=x, group_size=GQ_GROUP, column_major_scales=p["layout"][0], scale_ue8m0=p["layout"][1],
-                eps=p["eps"], out=out)
+                eps=p["eps"], out=out, out_scales=out_scales)
 
 
 #: The kinds torch's own schema checks refuse before kernkit could name the argument.
@@ -414,12 +441,16 @@ def test_per_token_group_quant_fp8_rejects_invalid_calls(bad, p, via, d):
     args = quant.quant_bad_args(a, p, bad, d, group_quant_args)
     if via == "custom op" and bad.what not in GQ_NOT_VIA_CUSTOM_OP:
         flags = dict(column_major_scales=args["column_major_scales"], scale_ue8m0=args["scale_ue8m0"], eps=args["eps"])
-        if args["out"] is None:
+        if args["out"] is None and args["out_scales"] is None:
             check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8(args["x"], args["group_size"], **flags),
                           a, bad)
-        else:
-            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8_out(args["out"], args["x"],
-                                                                                  args["group_size"], **flags), a, bad)
+        else:  # the _out op takes every output: the ones not given, as the op would allocate them
+            def outs():
+                return _outputs(args["x"], GQ_GROUP, column_major_scales=flags["column_major_scales"],
+                                scale_ue8m0=flags["scale_ue8m0"], out=args["out"], out_scales=args["out_scales"])
+
+            check_invalid(lambda: torch.ops.kernkit.per_token_group_quant_fp8_out(
+                *outs(), args["x"], args["group_size"], **flags), a, bad)
     else:
         check_invalid(lambda: ops.per_token_group_quant_fp8(**args), a, bad)
 
@@ -436,9 +467,13 @@ def test_per_token_group_quant_fp8_valid_views_give_the_reference(p):
     want_q, want_scales = ref_per_token_group_quant_fp8(args["x"], GQ_GROUP, *p["layout"], p["eps"])
     if args["out"] is not None:
         a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
+    if args["out_scales"] is not None:
+        a.twin(args["out_scales"], want).copy_(want_scales)
     q, scales = ops.per_token_group_quant_fp8(**args)
     if args["out"] is not None:
         assert q is args["out"]
+    if args["out_scales"] is not None:
+        assert scales is args["out_scales"]
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
     assert p["tokens"] == 0 or scales.stride() == want_scales.stride()
     assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))

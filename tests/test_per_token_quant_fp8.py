@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kernkit import ops
 from kernkit.jit import JitSpec
 from kernkit.ops import per_token_quant_fp8, registered_ops
+from kernkit.ops.per_token_quant_fp8 import _outputs as per_token_quant_fp8_outputs
 from kernkit.testing.invalid import VALID, Arena, check_invalid, invalid_calls
 from kernkit.testing.ops.per_token_quant_fp8 import (
     QUANT_BAD,
@@ -25,6 +26,7 @@ from kernkit.testing.ops.per_token_quant_fp8 import (
     quant_x_out,
     ref_per_token_quant_fp8,
     rows,
+    scales_view,
 )
 
 # The specializations built here (each an emulator build of a few seconds):
@@ -243,25 +245,37 @@ def test_custom_ops_and_their_schemas():
     x = rows(3, 1000, bf16, seed=1)
     q, scales = torch.ops.kernkit.per_token_quant_fp8(x)
     assert_bit_exact(x, q, scales)
-    out = torch.empty(3, 1000, dtype=fp8)
-    scales2 = torch.ops.kernkit.per_token_quant_fp8_out(out, x)
+    out, scales2 = torch.empty(3, 1000, dtype=fp8), torch.empty(3, 1)
+    assert torch.ops.kernkit.per_token_quant_fp8_out(out, scales2, x) is None
     assert_bit_exact(x, out, scales2)
     schema = str(torch.ops.kernkit.per_token_quant_fp8_out.default._schema)
-    assert schema == "kernkit::per_token_quant_fp8_out(Tensor(a0!) out, Tensor x) -> Tensor"
+    assert schema == "kernkit::per_token_quant_fp8_out(Tensor(a0!) out, Tensor(a1!) out_scales, Tensor x) -> ()"
+
+
+def test_out_scales_is_written_and_returned():
+    x = rows(3, 1000, bf16, seed=2)
+    out, out_scales = torch.empty(3, 1000, dtype=fp8), torch.full((3, 1), 7.0)
+    q, scales = per_token_quant_fp8(x, out=out, out_scales=out_scales)
+    assert q is out and scales is out_scales
+    assert_bit_exact(x, q, scales)
+    q, scales = per_token_quant_fp8(x, out_scales=torch.zeros(3, 1))  # q allocated, the scales given
+    assert_bit_exact(x, q, scales)
 
 
 def test_torch_compile_fullgraph_with_and_without_out_matches_the_reference():
-    def fn(x, out):
+    def fn(x, out, out_scales):
         q1, s1 = per_token_quant_fp8(x)
         q2, s2 = per_token_quant_fp8(x, out=out)
-        return q1, s1, q2, s2
+        q3, s3 = per_token_quant_fp8(x, out_scales=out_scales)
+        return q1, s1, q2, s2, q3, s3
 
     x = rows(3, 1000, bf16, seed=7)
-    out = torch.empty(3, 1000, dtype=fp8)
-    q1, s1, q2, s2 = torch.compile(fn, backend="aot_eager", fullgraph=True)(x, out)
-    assert_bit_exact(x, q1, s1)
-    assert_bit_exact(x, q2, s2)
+    out, out_scales = torch.empty(3, 1000, dtype=fp8), torch.empty(3, 1)
+    q1, s1, q2, s2, q3, s3 = torch.compile(fn, backend="aot_eager", fullgraph=True)(x, out, out_scales)
+    for q, s in ((q1, s1), (q2, s2), (q3, s3)):
+        assert_bit_exact(x, q, s)
     assert torch.equal(out.view(torch.uint8), q1.view(torch.uint8))
+    assert torch.equal(out_scales, s1)
 
 
 def test_specializations_describe_the_builds():
@@ -289,13 +303,14 @@ def quant_params(draw):
         tokens=draw(st.sampled_from([0, 1, 3, 7])),
         x_layout=draw(st.sampled_from(["contiguous", "offset", "padded", "expand"])),
         out=draw(st.sampled_from([None, "contiguous", "offset"])),
+        out_scales=draw(st.sampled_from([None, "given"])),
         seed=draw(st.integers(0, 2**16)),
     )
 
 
 def quant_args(a: Arena, p: dict) -> dict:
     x, out = quant_x_out(a, p, QUANT_HIDDEN)
-    return dict(x=x, out=out)
+    return dict(x=x, out=out, out_scales=p["out_scales"] and scales_view(a, p["tokens"], 1, fp32, False))
 
 
 @invalid_calls(QUANT_BAD, quant_params())
@@ -303,10 +318,12 @@ def test_per_token_quant_fp8_rejects_invalid_calls(bad, p, via, d):
     a = Arena.seeded(p["seed"])
     args = quant_bad_args(a, p, bad, d, quant_args)
     if via == "custom op" and bad.what not in ("meta tensor", "not a tensor", "negative bit"):
-        if args["out"] is None:
+        if args["out"] is None and args["out_scales"] is None:
             check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8(args["x"]), a, bad)
-        else:
-            check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8_out(args["out"], args["x"]), a, bad)
+        else:  # the _out op takes every output: the ones not given, as the op would allocate them
+            check_invalid(lambda: torch.ops.kernkit.per_token_quant_fp8_out(
+                *per_token_quant_fp8_outputs(args["x"], out=args["out"], out_scales=args["out_scales"]), args["x"]),
+                a, bad)
     else:
         check_invalid(lambda: ops.per_token_quant_fp8(**args), a, bad)
 
@@ -322,9 +339,13 @@ def test_per_token_quant_fp8_valid_views_give_the_reference(p):
     want_q, want_scales = ref_per_token_quant_fp8(args["x"])
     if args["out"] is not None:
         a.twin(args["out"], want).view(torch.uint8).copy_(want_q.view(torch.uint8))
+    if args["out_scales"] is not None:
+        a.twin(args["out_scales"], want).copy_(want_scales)
     q, scales = ops.per_token_quant_fp8(**args)
     if args["out"] is not None:
         assert q is args["out"]
+    if args["out_scales"] is not None:
+        assert scales is args["out_scales"]
     assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
     assert torch.equal(scales.view(torch.int32), want_scales.view(torch.int32))
     assert a.same_as(want)

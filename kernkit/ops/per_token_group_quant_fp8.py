@@ -52,13 +52,17 @@ def _module(dtype: torch.dtype, group_size: int, column_major_scales: bool, scal
 
 
 def _outputs(x: torch.Tensor, group_size: int = 128, *, column_major_scales: bool = False, scale_ue8m0: bool = False,
-             eps: float = 1e-10, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q`` (``out``, or contiguous fp8 shaped like ``x``) and the scales in their layout."""
+             eps: float = 1e-10, out: torch.Tensor | None = None,
+             out_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` (``out``, or contiguous fp8 shaped like ``x``) and the scales (``out_scales``, or new
+    ones in their layout)."""
     if x.dim() != 2:
         raise ValueError(f"'x': expected a 2-d [tokens, hidden] tensor, got {x.dim()}-d")
     tokens, hidden = x.shape
     if out is None:
         out = torch.empty((tokens, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    if out_scales is not None:
+        return out, out_scales
     groups = hidden // group_size
     if not column_major_scales:
         return out, torch.empty((tokens, groups), dtype=torch.float32, device=x.device)
@@ -84,8 +88,8 @@ def _specializations(dtypes: Sequence[torch.dtype], group_size: int = 128, colum
 
 @register_op(fake=_outputs, specializations=_specializations)
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_major_scales: bool = False,
-                              scale_ue8m0: bool = False, eps: float = 1e-10,
-                              out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                              scale_ue8m0: bool = False, eps: float = 1e-10, out: torch.Tensor | None = None,
+                              out_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize each group of ``group_size`` consecutive elements of each row of ``x`` to fp8
     E4M3 with its own fp32 scale.
 
@@ -129,12 +133,18 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_
     out
         Optional ``q``: contiguous torch.float8_e4m3fn ``[tokens, hidden]``, on ``x``'s device,
         sharing no memory with ``x``.
+    out_scales
+        Optional scales, in the layout below exactly (the column-major ones as a view of a
+        padded buffer: ``buf.t()[:tokens]``), on ``x``'s device, sharing no memory with ``x`` or
+        ``out``. With ``out`` too, a call allocates nothing (a CUDA graph, a layer that owns its
+        buffers); the padding stays as it was.
 
     Returns
     -------
     tuple[torch.Tensor, torch.Tensor]
-        ``(q, scales)``: ``q`` (``out`` when given) shaped like ``x``, and ``scales`` (``groups
-        = hidden // group_size``), allocated by the op:
+        ``(q, scales)``: ``q`` (``out`` when given) shaped like ``x``, and ``scales``
+        (``out_scales`` when given; ``groups = hidden // group_size``), in the layout the flags
+        name:
 
         - ``column_major_scales=False``: float32 ``[tokens, groups]``, row-major and contiguous
           (with ``scale_ue8m0``, holding the powers of two).
@@ -164,6 +174,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *, column_
     if type(group_size) is not int or type(column_major_scales) is not bool or type(scale_ue8m0) is not bool:
         _check_types(group_size, column_major_scales, scale_ue8m0)
     module = _module(x.dtype, group_size, column_major_scales, scale_ue8m0, x.is_cuda)
-    q, scales = _outputs(x, group_size, column_major_scales=column_major_scales, scale_ue8m0=scale_ue8m0, out=out)
+    q, scales = _outputs(x, group_size, column_major_scales=column_major_scales, scale_ue8m0=scale_ue8m0, out=out,
+                         out_scales=out_scales)
     module.per_token_group_quant_fp8(q, scales, x, eps)
     return q, scales

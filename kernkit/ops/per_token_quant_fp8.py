@@ -35,12 +35,15 @@ def _module(dtype: torch.dtype, hidden: int, is_cuda: bool):
     return per_token_quant_fp8_spec(dtype, hidden, None if is_cuda else "emu").build_and_load()
 
 
-def _outputs(x: torch.Tensor, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``q`` (``out``, or fp8 shaped like ``x``, contiguous) and ``scales`` (fp32,
-    ``[*x.shape[:-1], 1]``)."""
+def _outputs(x: torch.Tensor, *, out: torch.Tensor | None = None,
+             out_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q`` (``out``, or fp8 shaped like ``x``, contiguous) and ``scales`` (``out_scales``, or
+    fp32 ``[*x.shape[:-1], 1]``)."""
     if out is None:  # empty_like: as norm's output, less Python time than torch.empty(x.shape, ...)
         out = torch.empty_like(x, dtype=torch.float8_e4m3fn, memory_format=torch.contiguous_format)
-    return out, torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    if out_scales is None:
+        out_scales = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+    return out, out_scales
 
 
 def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = QUANT_DTYPES,
@@ -52,7 +55,8 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = QUANT_DTY
 
 
 @register_op(fake=_outputs, specializations=_specializations)
-def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None,
+                        out_scales: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize each row of ``x`` to fp8 E4M3 with its own fp32 scale.
 
     Per row: ``scale = max|x| / 448`` (fp32 IEEE division; 448 is E4M3's largest finite value)
@@ -81,12 +85,16 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> 
         own specialization.
     out
         Optional ``q``: contiguous torch.float8_e4m3fn of ``x``'s shape, on its device.
+    out_scales
+        Optional scales: contiguous float32 ``[*x.shape[:-1], 1]``, on ``x``'s device, sharing
+        no memory with ``x`` or ``out``. With ``out`` too, a call allocates nothing.
 
     Returns
     -------
     tuple[torch.Tensor, torch.Tensor]
-        ``(q, scales)``: ``q`` (``out`` when given) shaped like ``x``; ``scales`` float32 of
-        shape ``[*x.shape[:-1], 1]`` (``[tokens, 1]``, as sglang returns them).
+        ``(q, scales)``: ``q`` (``out`` when given) shaped like ``x``; ``scales`` (``out_scales``
+        when given) float32 of shape ``[*x.shape[:-1], 1]`` (``[tokens, 1]``, as sglang returns
+        them).
 
     Example
     -------
@@ -97,6 +105,6 @@ def per_token_quant_fp8(x: torch.Tensor, *, out: torch.Tensor | None = None) -> 
     """
     if x.dim() == 0:
         raise ValueError("'x': expected a [..., hidden] tensor, got 0-d")
-    q, scales = _outputs(x, out)
+    q, scales = _outputs(x, out=out, out_scales=out_scales)
     _module(x.dtype, x.shape[-1], x.is_cuda).per_token_quant_fp8(q, scales, x)
     return q, scales

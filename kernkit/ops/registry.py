@@ -3,11 +3,11 @@
 It registers ``torch.ops.<namespace>.<name>`` (``torch.library`` define/impl, cheaper per call
 than ``custom_op``), so ``torch.compile`` and ``torch.export`` see one node per call; the plain
 function routes to it while traced (``torch.compiler.is_compiling()``) and runs the kernel
-directly otherwise. An op with a keyword-only ``out=None`` gets two custom ops: ``name`` (returns
-a new tensor; ``fake`` allocates it) and ``name_out`` (mutates ``out``). An op that returns
-``tuple[Tensor, Tensor]`` with ``out`` as the first element (``per_token_quant_fp8``: ``q`` and
-its scales) gets a ``name_out`` that mutates ``out`` and returns the other tensor (a longer tuple
-is refused). Ops are not
+directly otherwise. An op whose outputs are keyword-only ``out=None`` (and the ``out_<name>=None``
+after it, for more than one: ``per_token_quant_fp8``'s ``out`` and ``out_scales``) gets two custom ops:
+``name`` (returns new tensors; ``fake`` allocates them) and ``name_out`` (mutates every output,
+returns nothing); a traced call that passes some outputs allocates the others with ``fake``,
+which then takes the outputs as keywords and returns those given as they are. Ops are not
 differentiable (autograd falls through: outputs do not require grad; an input that requires grad
 under grad mode is warned about once per op and argument). What torch checks for an
 in-place op the public function checks too: it refuses to write a tensor autograd records or an
@@ -129,12 +129,13 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         hints = typing.get_type_hints(fn)
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in sig.parameters.values()]
         returns = None if hints.get("return") is type(None) else hints.get("return")
-        rest = [p for p in params if p.name != "out"]
+        outs = _outputs(name, params, returns)
+        rest = [p for p in params if p.name not in outs]
 
         def impl(*args, **kwargs):  # the custom ops run the public function (op_fn, below)
             return op_fn(*args, **kwargs)
 
-        if len(rest) == len(params):
+        if not outs:
             op = _define(name, impl, params, returns, mutates_args, fake or _nothing)
 
             def traced(*args, **kwargs):
@@ -142,48 +143,52 @@ def register_op(qualname: str | None = None, *, mutates_args: tuple[str, ...] = 
         else:
             if fake is None:
                 raise TypeError(f"register_op: {name} takes out=, so it needs fake= (the allocation of out)")
-            # ``name_out`` writes ``out`` and returns what else the function returns: nothing, or,
-            # for a pair whose first element is ``out`` (per_token_quant_fp8's ``(q, scales)``),
-            # the second, allocated by ``fake`` when traced.
-            other = _other_output(name, returns)
             functional = _define(name, impl, rest, returns, mutates_args, fake)
 
-            def rest_of(result):
-                return None if other is None else result[1]
+            def out_impl(*args, **kwargs):
+                op_fn(*args[len(outs):], **dict(zip(outs, args[:len(outs)], strict=True)), **kwargs)
 
-            def out_impl(out, *args, **kwargs):
-                return rest_of(op_fn(*args, out=out, **kwargs))
-
-            out_param = inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
-            out_fake = _nothing if other is None else lambda out, *args, **kwargs: rest_of(fake(*args, **kwargs))
-            out_op = _define(f"{name}_out", out_impl, [out_param, *rest], other, (*mutates_args, "out"), out_fake)
+            out_params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor)
+                          for n in outs]
+            out_op = _define(f"{name}_out", out_impl, [*out_params, *rest], None, (*mutates_args, *outs), _nothing)
 
             def traced(*args, **kwargs):
-                out = kwargs.pop("out", None)
-                if out is None:
+                given = {n: kwargs.pop(n, None) for n in outs}
+                if all(t is None for t in given.values()):
                     return functional(*args, **kwargs)
-                result = out_op(out, *args, **kwargs)
-                return out if other is None else (out, result)
+                if len(outs) == 1:
+                    out_op(given["out"], *args, **kwargs)
+                    return given["out"]
+                if any(t is None for t in given.values()):  # the others, as the functional op allocates them
+                    given = dict(zip(outs, fake(*args, **given, **kwargs), strict=True))
+                out_op(*given.values(), *args, **kwargs)
+                return tuple(given.values())
 
         tensors = [p.name for p in params if torch.Tensor in (p.annotation, *typing.get_args(p.annotation))]
         op_fn = _wrapper(fn, sig, traced, lambda e, args, kwargs: _argument_error(sig, hints, args, kwargs),
-                         tensors, (*mutates_args, *(("out",) if len(rest) < len(params) else ())))
+                         tensors, (*mutates_args, *outs))
         _ops[name] = Op(name, op_fn, specializations)
         return op_fn
 
     return decorate
 
 
-def _other_output(name: str, returns: object) -> object:
-    """For a function with ``out=`` returning ``tuple[Tensor, Tensor]`` (``out`` first): the
-    type of the second, which its ``_out`` op returns; None for any other return type. A longer
-    tuple is refused: no op returns one."""
-    if typing.get_origin(returns) is not tuple:
-        return None
-    items = typing.get_args(returns)
-    if len(items) != 2 or Ellipsis in items:
-        raise TypeError(f"register_op: {name} returns {returns}; with out=, an op returns out or (out, other)")
-    return items[1]
+def _outputs(name: str, params: list[inspect.Parameter], returns: object) -> list[str]:
+    """The output parameters of an op: ``out``, and the keyword-only ``out_<name>=None`` after it.
+    With one, the op returns it; with several, the tuple of them in order."""
+    names = [p.name for p in params]
+    if "out" not in names:
+        return []
+    first = names.index("out")
+    if params[first].kind is not inspect.Parameter.KEYWORD_ONLY or params[first].default is not None:
+        raise TypeError(f"register_op: {name}'s out must be keyword-only and default to None")
+    outs = ["out", *(p.name for p in params[first + 1:] if p.name.startswith("out_")
+                     and p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None)]
+    pair = typing.get_origin(returns) is tuple
+    if (len(outs) > 1) != pair or (pair and len(typing.get_args(returns)) != len(outs)):
+        raise TypeError(f"register_op: {name} returns {returns}; with out=, an op returns out, or the tuple of its "
+                        f"outputs ({', '.join(outs)}) when it takes out_<name> ones too")
+    return outs
 
 
 _DEVICES = ("cuda", "cpu")

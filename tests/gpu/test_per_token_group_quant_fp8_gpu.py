@@ -172,6 +172,27 @@ def test_cuda_graph_replay():
     assert_matches(x, out, scales, 128, True, True)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+def test_a_graph_with_out_and_out_scales_allocates_nothing(layout):
+    x = groups_of(64, 7168, torch.bfloat16, 128, seed=11).cuda()
+    out = torch.empty(64, 7168, dtype=fp8, device="cuda")
+    cols, dtype, column_major = group_quant.group_scales_layout(56, *layout)
+    buf = torch.empty((cols, 64) if column_major else (64, cols), dtype=dtype, device="cuda")
+    scales = buf.t() if column_major else buf
+    flags = dict(column_major_scales=layout[0], scale_ue8m0=layout[1])
+    per_token_group_quant_fp8(x, 128, **flags, out=out, out_scales=scales)  # load outside
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        q, s = per_token_group_quant_fp8(x, 128, **flags, out=out, out_scales=scales)
+    assert q is out and s is scales and torch.cuda.memory_allocated() == before
+    x.copy_(groups_of(64, 7168, torch.bfloat16, 128, seed=12).cuda())
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches(x, out, scales, 128, *layout)
+
+
 def test_cpu_out_for_a_cuda_input_is_rejected():
     x = groups_of(2, 256, torch.bfloat16, 128).cuda()
     with pytest.raises(ValueError, match="'out'"):

@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN>:
 /// \tparam kUE8M0 Whether the scales are powers of two (packed exponents when column-major).
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
 /// \param q Output: the quantized rows (named `out` in errors: the op's `out=`).
-/// \param scales Output: one scale per group.
+/// \param scales Output: one scale per group (named `out_scales` in errors: the op's `out_scales=`).
 /// \param x Input rows.
 /// \param eps The scale's floor before the division: finite, >= 0.
 template <typename T, int64_t kGroupSize, bool kColumnMajor, bool kUE8M0, bool kUsePDL>
@@ -228,13 +228,13 @@ void per_token_group_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scal
         .with_strides({1, n == 0 ? int64_t{-1} : col_stride})
         .with_device<kDLCUDA>(device)
         .with_dtype<scale_t>()
-        .verify(scales, "scales");
+        .verify(scales, "out_scales");
   } else {
-    TensorMatcher({num_tokens, groups}).with_device<kDLCUDA>(device).with_dtype<scale_t>().verify(scales, "scales");
+    TensorMatcher({num_tokens, groups}).with_device<kDLCUDA>(device).with_dtype<scale_t>().verify(scales, "out_scales");
   }
   KERNKIT_CHECK(eps >= 0.0f && eps <= 3.4028234663852886e38f, ValueError)
       << "'eps': expected a finite value >= 0, got " << eps;
-  check_no_overlap({{q, "out"}, {scales, "scales"}}, {{x, "x"}});
+  check_no_overlap({{q, "out"}, {scales, "out_scales"}}, {{x, "x"}});
   const int64_t num_groups = n * groups;
   if (num_groups == 0) return;
   KERNKIT_CHECK(num_groups <= int64_t{0x7fffffff}, ValueError)

@@ -192,7 +192,7 @@ __global__ void per_token_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q, fp32_t* _
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
 /// \param q Output: the quantized rows (named `out` in errors: the op's `out=`).
-/// \param scales Output: one scale per row.
+/// \param scales Output: one scale per row (named `out_scales` in errors: the op's `out_scales=`).
 /// \param x Input rows.
 template <typename T, int64_t kHidden, bool kUsePDL>
 void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tvm::ffi::TensorView x) {
@@ -208,18 +208,18 @@ void per_token_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tv
   const auto xr = rows::verify_flat_rows<T>(x, "x", kHidden, false);
   const auto qr = rows::verify_flat_rows<fp8_e4m3_t>(q, "out", kHidden, true);
   rows::check_rows_like(q, "out", x, "x", kHidden);
-  const auto sr = rows::verify_flat_rows<fp32_t>(scales, "scales", 1, true);
-  rows::check_rows_like(scales, "scales", x, "x", 1);
+  const auto sr = rows::verify_flat_rows<fp32_t>(scales, "out_scales", 1, true);
+  rows::check_rows_like(scales, "out_scales", x, "x", 1);
   // The kernel writes q and the scales as packed rows.
   KERNKIT_CHECK(qr.row_stride == kHidden, ValueError)
       << "'out': expected contiguous rows (a row stride of " << kHidden << "), got a row stride of " << qr.row_stride;
   KERNKIT_CHECK(sr.row_stride == 1, ValueError)
-      << "'scales': expected contiguous rows (a row stride of 1), got a row stride of " << sr.row_stride;
+      << "'out_scales': expected contiguous rows (a row stride of 1), got a row stride of " << sr.row_stride;
   rows::check_same_device(q, "out", x.device(), "x");
-  rows::check_same_device(scales, "scales", x.device(), "x");
+  rows::check_same_device(scales, "out_scales", x.device(), "x");
   const int64_t n = xr.num_rows;
   const int64_t stride = xr.row_stride;
-  check_no_overlap({{q, "out"}, {scales, "scales"}}, {{x, "x"}});
+  check_no_overlap({{q, "out"}, {scales, "out_scales"}}, {{x, "x"}});
   if (n == 0) return;
   KERNKIT_CHECK(n <= int64_t{0x7FFFFFFF}, ValueError) << "'x': at most 2**31 - 1 rows, got " << n;
 

@@ -144,4 +144,12 @@ GROUP_QUANT_BAD = _GQ_X_BAD + [
     Bad("eps", "negative or not finite", ValueError,
         lambda a, p, d: d.draw(st.sampled_from([-1e-10, -1.0, float("nan"), float("inf"), 1e300]))),
     Bad("eps", "not a number", TypeError, lambda a, p, d: d.draw(st.sampled_from(["1e-10", None, [1e-10], 1j]))),
-] + _GQ_OUT_BAD
+] + _GQ_OUT_BAD + quant.scales_bad(lambda p: group_scales_layout(GQ_HIDDEN // 16, *p["layout"]))
+
+
+def group_scales_layout(groups: int, column_major: bool, ue8m0: bool) -> tuple[int, torch.dtype, bool]:
+    """The columns, dtype and order of the scales of ``groups`` groups a row in a layout: packed
+    exponent words (int32, 4 groups a word) when column-major UE8M0, else fp32 per group."""
+    if column_major and ue8m0:
+        return -(-groups // 4), torch.int32, True
+    return groups, fp32, column_major

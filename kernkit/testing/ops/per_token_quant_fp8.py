@@ -166,10 +166,50 @@ def quant_io_bad(hidden: int, hidden_deltas: list[int], split: tuple[int, int]) 
 
 _QUANT_X_BAD, _QUANT_OUT_BAD = quant_io_bad(QUANT_HIDDEN, [-1, 1, 32], (2, 16))
 
+def scales_view(a: Arena, tokens: int, cols: int, dtype: torch.dtype, column_major: bool) -> torch.Tensor:
+    """Scales ``[tokens, cols]`` of ``dtype`` in an arena buffer: contiguous, or column-major with
+    the tokens padded to a multiple of 4 (``buf.t()[:tokens]``, the quant ops' TMA layout)."""
+    if not column_major:
+        return a.tensor((tokens, cols), dtype)
+    return a.tensor((cols, -(-tokens // 4) * 4), dtype).t()[:tokens]
+
+
+def scales_bad(layout: Callable[[dict], tuple[int, torch.dtype, bool]]) -> list[Bad]:
+    """The bad ``out_scales`` of a quant op whose scales, for the parameters ``p``, are
+    ``layout(p) = (columns, dtype, column-major)``. The calls have at least 2 tokens
+    (``quant_bad_args``), so that a layout can be wrong."""
+    def view(a, p, tokens=0, cols=0, dtype=None, flip=False):
+        c, dt, cm = layout(p)
+        return scales_view(a, p["tokens"] + tokens, c + cols, dtype or dt, cm != flip)
+
+    def other_layout(a, p, d):  # with one column the column-major view is contiguous: rows 2 apart
+        c, dt, cm = layout(p)
+        return a.tensor((p["tokens"], c), dt, "step2") if c == 1 else view(a, p, flip=True)
+
+    return [
+        Bad("out_scales", "dtype", TypeError, lambda a, p, d: view(a, p, dtype=d.draw(st.sampled_from(
+            [t for t in (fp32, torch.int32, fp16, torch.float64, torch.uint8) if t != layout(p)[1]])))),
+        Bad("out_scales", "other rows", ValueError, lambda a, p, d: view(a, p, tokens=d.draw(st.sampled_from([1, 5])))),
+        Bad("out_scales", "other columns", ValueError, lambda a, p, d: view(a, p, cols=1)),
+        Bad("out_scales", "other layout", ValueError, other_layout),
+        Bad("out_scales", "meta tensor", ValueError, lambda a, p, d: meta((p["tokens"], layout(p)[0]), layout(p)[1])),
+        Bad("out_scales", "not a tensor", TypeError, lambda a, p, d: d.draw(st.sampled_from([[0.0], 1.0]))),
+        Bad("out_scales", "negative bit", ValueError, neg_bit(lambda a, p, d: view(a, p))),
+        Bad("out_scales", "requires grad", RuntimeError,  # fp32: an int32 tensor cannot require grad
+            requires_grad(lambda a, p, d: view(a, p, dtype=fp32))),
+        Bad("out_scales", "inference tensor", RuntimeError,
+            lambda a, p, d: a.inference((p["tokens"], layout(p)[0]), layout(p)[1])),
+        Bad("out_scales", f"{SHARED}: x's bytes", ValueError,
+            lambda a, p, d: a.alias(p["args"]["x"], (p["tokens"], layout(p)[0]), layout(p)[1])),
+        Bad("out_scales", f"{SHARED}: out's bytes", ValueError,
+            lambda a, p, d: a.alias(p["args"]["out"], (p["tokens"], layout(p)[0]), layout(p)[1])),
+    ]
+
+
 QUANT_BAD = _QUANT_X_BAD + [
     Bad("x", "0-d", ValueError, lambda a, p, d: a.tensor((), p["dtype"])),
     Bad("x", "hidden size 0", ValueError, lambda a, p, d: a.tensor((max(p["tokens"], 1), 0), p["dtype"])),
-] + _QUANT_OUT_BAD
+] + _QUANT_OUT_BAD + scales_bad(lambda p: (1, fp32, False))
 
 
 def quant_bad_args(a: Arena, p: dict, bad: Bad, d, make_args: Callable) -> dict:
@@ -177,12 +217,15 @@ def quant_bad_args(a: Arena, p: dict, bad: Bad, d, make_args: Callable) -> dict:
     where they would otherwise be named first (only the bad argument is wrong)."""
     if bad.what.startswith(SHARED):
         p = dict(p, tokens=7, x_layout="contiguous")  # bytes to share
+    if bad.arg == "out_scales":
+        p = dict(p, tokens=max(p["tokens"], 2), out=p["out"] or "contiguous")  # a layout to get wrong; out's bytes
     args = make_args(a, p)
     value = bad.make(a, dict(p, args=args), d)
     if bad.arg == "out" and bad.what in ("non-contiguous", "transposed", "stride 0 (expand)"):
         args["x"] = a.tensor(value.shape, p["dtype"])  # the same shape, contiguous: only out is wrong
         args["x"].copy_(torch.randn(value.shape, generator=a.gen).to(p["dtype"]))
         a.bufs[-1] = (a.bufs[-1][0], a.bufs[-1][0].clone())
+        args["out_scales"] = None  # x's rows are others now
     if bad.arg == "x" and args["out"] is not None and isinstance(value, torch.Tensor) and value.dim() == 2:
         args["out"] = a.tensor(value.shape, fp8)  # matching sizes: only x is wrong
     args[bad.arg] = value

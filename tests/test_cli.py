@@ -169,10 +169,11 @@ def test_dependencies_found_when_installed(tmp_path, monkeypatch, capsys):
 
 
 def test_every_subcommand_has_help(capsys):
-    words = {None: ["clangd", "cache", "warmup", "doctor", "Doxygen", "--dep"],
+    words = {None: ["clangd", "cache", "warmup", "tune", "doctor", "Doxygen", "--dep"],
              "clangd": ["--dep", "--overwrite", "--cuda", "CUTLASS_HOME", "kernkit/emu"],
              "cache": ["clear", "list", "KERNKIT_CACHE_DIR"], "warmup": ["--dtype", "--set", "--import", "--jobs",
                                                                        "--list", "KERNKIT_JIT=off"],
+             "tune": ["--grid", "--shapes", "--device", "--repeats", "interquartile"],
              "doctor": ["DLPack", "cache", "'!'"]}
     for sub, expected in words.items():
         with pytest.raises(SystemExit) as e:
@@ -185,7 +186,7 @@ def test_every_subcommand_has_help(capsys):
         cli.main(["cache", "clear", "-h"])
     assert "--kernel" in capsys.readouterr().out
     proc = run_module("-h", cwd=Path.cwd())
-    assert proc.returncode == 0 and "{clangd,cache,warmup,doctor}" in proc.stdout
+    assert proc.returncode == 0 and "{clangd,cache,warmup,tune,doctor}" in proc.stdout
 
 
 # ------------------------------------------------------------------------------------ cache

@@ -14,10 +14,10 @@ from ..jit import ArchError
 from ..jit.backends import BACKENDS
 from ..jit.config import ConfigError
 from ..jit.manifest import ManifestError
-from . import cache, clangd, doctor, warmup
+from . import cache, clangd, doctor, tune, warmup
 
 #: The subcommands; ``clangd`` runs when none is given.
-COMMANDS = {"clangd": clangd, "cache": cache, "warmup": warmup, "doctor": doctor}
+COMMANDS = {"clangd": clangd, "cache": cache, "warmup": warmup, "tune": tune, "doctor": doctor}
 
 
 def _clangd_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     helps = {"clangd": "write a .clangd so that clangd parses kernels as CUDA (the default)",
              "cache": "list, clear, prune, export or import the built specializations",
              "doctor": "report toolchain, target, cache, versions; exits 1 when something is wrong",
-             "warmup": "build the specializations of the registered ops for a model shape, in parallel"}
+             "warmup": "build the specializations of the registered ops for a model shape, in parallel",
+             "tune": "time the tunable ops' candidate specializations here and write the winners' table"}
     cmd = {name: sub.add_parser(name, help=helps[name], description=module.__doc__, formatter_class=raw)
            for name, module in COMMANDS.items()}
     _clangd_options(cmd["clangd"])
@@ -80,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-j", "--jobs", type=int, help="builds at once (default: the number of cores)")
     w.add_argument("--list", action="store_true", help="print the specializations without building them")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    t = cmd["tune"]
+    t.add_argument("ops", nargs="*", metavar="OP", help="tunable ops, e.g. rmsnorm (default: all)")
+    t.add_argument("--grid", default="serving", metavar="NAME", help="the ops' grid of shapes (default: serving)")
+    t.add_argument("--shapes", metavar="FILE", help="a JSON list of shapes instead of a grid")
+    t.add_argument("--device", choices=("cuda", "cpu"), help="cuda (default where visible) or cpu (the emulator)")
+    t.add_argument("--repeats", type=int, default=20, metavar="N", help="timed replays per candidate (default: 20)")
+    t.add_argument("-j", "--jobs", type=int, help="builds at once (default: the number of cores)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     return parser
 
 

@@ -7,7 +7,8 @@ target), ``paths`` (where kernkit's files are), ``untrusted`` (JSON and names fr
 ``maker`` (detached makers of shared files), ``cache`` (the disk cache), ``pch`` and
 ``prebuilt`` (the files builds share), ``split`` (a source's device and host halves),
 ``backends`` (compilers and builds, one module per backend), ``manifest`` (record the
-specializations a run loads), ``spec`` (``JitSpec``, ``load_jit``).
+specializations a run loads), ``spec`` (``JitSpec``, ``load_jit``), ``tuning`` (the template
+choices an op may vary, and the tables that pick them: ``docs/tuning.md``).
 The names below are what an op's author uses: the spec and its loader, template arguments,
 the target, the errors a load raises, the freeze, and where kernkit's files are. The
 developer tools (``python -m kernkit.jit``, in ``kernkit.cli``) import the rest from the

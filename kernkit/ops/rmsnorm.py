@@ -3,11 +3,12 @@ tensors, and the residual-add variant of a transformer layer's boundary."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from ..jit.tuning import Bench, Tunable
 from ._flags import as_flag, check_cast_flag
 from .registry import register_op
 
@@ -31,25 +32,128 @@ def _check_hidden(dtype: torch.dtype, hidden: int) -> None:
                          f"multiple of {vec} elements (16 bytes) and at most {MAX_ROW_BYTES // dtype.itemsize}")
 
 
-def rmsnorm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None,
-              cast_x_before_out_mul: bool = False) -> JitSpec:
-    """The build of one specialization of both norm ops, for rows of ``hidden`` elements of
-    ``dtype``, in kernkit's order or (``cast_x_before_out_mul``) transformers': the factory
-    below and ``warmup`` share it. The default order keeps the template arguments it always had."""
+def _check(dtype: torch.dtype, hidden: int) -> None:
     if dtype not in NORM_DTYPES:
         raise TypeError(f"'x': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     _check_hidden(dtype, hidden)
-    cast = (True,) if cast_x_before_out_mul else ()
-    args = make_cpp_args(dtype, hidden, backend != "emu" and is_arch_support_pdl(), *cast)
-    return JitSpec.make("rmsnorm", *args, cuda_files=["norm/rmsnorm.cuh"],
-                        cuda_wrappers=[("rmsnorm", f"rmsnorm<{args}>"),
-                                       ("fused_add_rmsnorm", f"fused_add_rmsnorm<{args}>")], backend=backend)
+
+
+def rmsnorm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None, cast_x_before_out_mul: bool = False,
+                 schedules: Mapping[str, tuple[int, int]] | None = None) -> JitSpec:
+    """The build of one specialization of both norm ops, for rows of ``hidden`` elements of
+    ``dtype``, in kernkit's order or (``cast_x_before_out_mul``) transformers', with the
+    ``schedules`` a tuning table chose: ``{op: (late_weight, late_trigger)}``, each a mask of
+    the sizes (bit ``b``: calls of ``2**(b - 1)`` to ``2**b - 1`` elements) that take the late
+    variant (``SCHEDULES``). The factory below, ``warmup`` and ``tune`` share it; untuned, the
+    template arguments are those it always had."""
+    _check(dtype, hidden)
+    pdl = backend != "emu" and is_arch_support_pdl()
+    masks = {"rmsnorm": (0, 0), "fused_add_rmsnorm": (0, 0), **(schedules or {})}
+
+    def args(*tail: bool | int):  # the defaults at the end are left out
+        cut = len(tail)
+        while cut and not tail[cut - 1]:
+            cut -= 1
+        return make_cpp_args(dtype, hidden, pdl, *tail[:cut])
+
+    return JitSpec.make("rmsnorm", *args(cast_x_before_out_mul, *masks["rmsnorm"], *masks["fused_add_rmsnorm"]),
+                        cuda_files=["norm/rmsnorm.cuh"],
+                        cuda_wrappers=[(op, f"{op}<{args(cast_x_before_out_mul, *masks[op])}>") for op in masks],
+                        backend=backend)
+
+
+#: The norm kernels' schedules a tuning table may choose per shape, each giving the same bits:
+#: the weight loaded after the reduction, and the PDL trigger after it (``rmsnorm.cuh``).
+SCHEDULES = {"late_weight": (False, True), "late_trigger": (False, True)}
+
+#: Rows ``tune --grid serving`` measures, for each hidden size and dtype of ``SERVING_HIDDEN``.
+SERVING_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+#: Hidden sizes of the serving grid: Llama's and Qwen's widths, and heads of 128.
+SERVING_HIDDEN = (128, 512, 1024, 2048, 4096, 5120, 8192)
+
+
+def _elements(bits: int) -> int:
+    """The tuning key of a call of ``n`` elements, from ``n.bit_length()`` (the bit of the
+    schedule masks): the power of two at or below ``n``, 0 for none."""
+    return 1 << (bits - 1) if bits else 0
+
+
+def _bench(op: str, shape: Mapping, device: str) -> Bench:
+    """``tune``'s inputs for one shape ``{dtype, hidden, rows}`` of ``op`` on ``device``."""
+    dtype, hidden, rows = getattr(torch, str(shape["dtype"])), int(shape["hidden"]), int(shape["rows"])
+    backend = None if device == "cuda" else "emu"
+    gen = torch.Generator().manual_seed(rows * 7919 + hidden)
+    copies = max(1, min(200, (180 << 20) // max(1, 3 * rows * hidden * dtype.itemsize)))  # beyond the L2
+    xs = [torch.randn(rows, hidden, generator=gen).to(dtype).to(device) for _ in range(copies)]
+    res = [torch.randn(rows, hidden, generator=gen).to(dtype).to(device) for _ in range(copies)]
+    w = torch.randn(hidden, generator=gen).to(dtype).to(device)
+    x0, r0 = xs[0].clone(), res[0].clone()  # fused_add_rmsnorm's timed calls overwrite theirs
+    outs = [torch.empty_like(x) for x in xs]
+
+    def calls(module):
+        if op == "rmsnorm":
+            return [lambda o=o, x=x: module.rmsnorm(o, x, w, 1e-6) for o, x in zip(outs, xs, strict=True)]
+        return [lambda x=x, r=r: module.fused_add_rmsnorm(x, r, w, 1e-6) for x, r in zip(xs, res, strict=True)]
+
+    def outputs(module):
+        if op == "rmsnorm":
+            out = torch.empty_like(x0)
+            module.rmsnorm(out, x0, w, 1e-6)
+            return [out]
+        x, r = x0.clone(), r0.clone()
+        module.fused_add_rmsnorm(x, r, w, 1e-6)
+        return [x, r]
+
+    return Bench(key={"dtype": str(dtype).removeprefix("torch."), "hidden": hidden,
+                      "elements": _elements((rows * hidden).bit_length())},
+                 spec=lambda args: _schedule_spec(dtype, hidden, backend, op, args), calls=calls, outputs=outputs)
+
+
+#: Every size (bits 1 to 62 of a schedule mask): a candidate as ``tune`` times it.
+EVERY_SIZE = (1 << 63) - 2
+
+
+def _schedule_spec(dtype: torch.dtype, hidden: int, backend: str | None, op: str, args: Mapping) -> JitSpec:
+    """The build of the candidate ``args`` (``SCHEDULES``' names) of ``op`` at every size."""
+    return rmsnorm_spec(dtype, hidden, backend, False, {op: (EVERY_SIZE * bool(args["late_weight"]),
+                                                             EVERY_SIZE * bool(args["late_trigger"]))})
+
+
+def _schedules(is_cuda: bool, dtype: torch.dtype, hidden: int) -> dict[str, tuple[int, int]]:
+    """The schedule masks the tuning tables give both ops for ``dtype`` and ``hidden``: the
+    launcher picks a call's variant by its size, so the per-call path does nothing more."""
+    masks = {}
+    for op, tunable in TUNED.items():
+        weight = trigger = 0
+        for bits in range(1, 63):
+            args = tunable.choose(is_cuda, dtype=dtype, hidden=hidden, elements=_elements(bits))
+            weight |= int(bool(args["late_weight"])) << bits
+            trigger |= int(bool(args["late_trigger"])) << bits
+        masks[op] = (weight, trigger)
+    return masks
+
+
+def _tunable(op: str) -> Tunable:
+    grid = [{"dtype": d, "hidden": h, "rows": r} for d in ("bfloat16", "float16") for h in SERVING_HIDDEN
+            for r in SERVING_ROWS]
+    return Tunable(op, SCHEDULES, ("dtype", "hidden", "elements"), grids={"serving": grid},
+                   bench=lambda shape, device: _bench(op, shape, device))
+
+
+#: The tunables of the two norm ops: each picks its schedule per dtype, hidden size and number of
+#: elements (the power of two at or below ``x.numel()``: rows by powers of two, for one hidden
+#: size), all of which go into the one build of a dtype and hidden size (``_schedules``).
+TUNED = {op: _tunable(op) for op in ("rmsnorm", "fused_add_rmsnorm")}
 
 
 @cache_once
 def _module(dtype: torch.dtype, hidden: int, is_cuda: bool, cast_x_before_out_mul: bool):
-    # Runs once per (dtype, hidden, device kind, order): the dtype and hidden size are checked here.
-    return rmsnorm_spec(dtype, hidden, None if is_cuda else "emu", cast_x_before_out_mul).build_and_load()
+    # Runs once per (dtype, hidden, device kind, order): the dtype and hidden size are checked
+    # here, then the tuning tables give the schedules.
+    _check(dtype, hidden)
+    return rmsnorm_spec(dtype, hidden, None if is_cuda else "emu", cast_x_before_out_mul,
+                        _schedules(is_cuda, dtype, hidden)).build_and_load()
 
 
 def _out(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
@@ -63,10 +167,12 @@ def _specializations(hidden_size: int, dtypes: Sequence[torch.dtype] = NORM_DTYP
                      **unused: object) -> list[JitSpec]:
     """Builds for a model: rows of ``hidden_size`` (the layer norms) and, when given, of
     ``head_dim`` (a per-head q/k norm, as Qwen3's), for each dtype, in the order
-    ``cast_x_before_out_mul`` names (``as_flag``); the other model-shape keywords are not needed."""
+    ``cast_x_before_out_mul`` names (``as_flag``), with the schedules this device's tuning
+    tables give (what the ops will load); the other model-shape keywords are not needed."""
     sizes = [s for s in dict.fromkeys((hidden_size, head_dim)) if s is not None]
     cast = as_flag(cast_x_before_out_mul)
-    return [rmsnorm_spec(d, s, backend, cast) for d in dict.fromkeys(dtypes) for s in sizes]
+    return [rmsnorm_spec(d, s, backend, cast, _schedules(backend != "emu", d, s)) for d in dict.fromkeys(dtypes)
+            for s in sizes]
 
 
 @register_op(fake=_out, specializations=_specializations)

@@ -128,6 +128,30 @@ def test_both_pdl_variants(use_pdl):
     assert torch.equal(x.cpu(), ex) and torch.equal(r.cpu(), er)
 
 
+@pytest.mark.parametrize("op", ["rmsnorm", "fused_add_rmsnorm"])
+@pytest.mark.parametrize("late_weight, late_trigger", [(True, False), (False, True), (True, True)])
+def test_every_schedule_gives_the_defaults_bits_back_to_back(op, late_weight, late_trigger):
+    """The schedules a tuning table may choose (``SCHEDULES``) at every size, with PDL where the
+    GPU has it, chained as in test_both_pdl_variants: the untuned build's bits."""
+    from kernkit.ops.rmsnorm import EVERY_SIZE, rmsnorm_spec
+
+    tuned = rmsnorm_spec(bf16, 4096, None, False, {op: (EVERY_SIZE * late_weight, EVERY_SIZE * late_trigger)})
+    results = []
+    for module in (rmsnorm_spec(bf16, 4096).build_and_load(), tuned.build_and_load()):
+        gen = torch.Generator(device="cuda").manual_seed(5)
+        x, r, w = (torch.randn(*shape, device="cuda", generator=gen).bfloat16() for shape in
+                   ((3000, 4096), (3000, 4096), (4096,)))
+        out = torch.empty_like(x)
+        for _ in range(3):
+            module.fused_add_rmsnorm(x, r, w, 1e-6)
+            module.rmsnorm(out, x, w, 1e-6)
+            module.fused_add_rmsnorm(out, r, w, 1e-6)
+            x.copy_(out)
+        torch.cuda.synchronize()
+        results.append((x.cpu(), r.cpu()))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
 def test_non_default_stream():
     x = torch.randn(512, 5120, device="cuda").half()
     w = torch.randn(5120, device="cuda").half()

@@ -177,6 +177,10 @@ KERNKIT_DEVICE float rounded_if(float x) {
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \tparam kTargetVecs The layout's vectors per thread (`NormLayout`).
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
+/// \tparam kLateWeight Whether the weight is loaded after the reduction instead of with the row
+/// (fewer registers held across it; a memory round trip more). The same bits either way.
+/// \tparam kLateTrigger Whether the PDL trigger follows the reduction instead of the loads. The
+/// same bits either way.
 /// \param dst The row written: `src` itself (in place; so neither is `__restrict__`), or memory
 /// `src` does not share.
 /// \param src The row read.
@@ -185,7 +189,8 @@ KERNKIT_DEVICE float rounded_if(float x) {
 /// \param lane The thread's index in its row's group.
 /// \param eps Added to the mean of squares.
 /// \param smem Shared memory for 32 floats.
-template <typename T, int64_t kHidden, bool kUsePDL, int64_t kTargetVecs = 4, bool kCastXFirst = false>
+template <typename T, int64_t kHidden, bool kUsePDL, int64_t kTargetVecs = 4, bool kCastXFirst = false,
+          bool kLateWeight = false, bool kLateTrigger = false>
 KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weight, bool active, int32_t lane,
                                 float eps, float* smem) {
   using Layout = NormLayout<T, kHidden, kTargetVecs>;
@@ -193,18 +198,20 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
   // `src` may be what the previous kernel wrote: wait before the first load.
   PDLWaitPrimary<kUsePDL>();
 
-  // The weight is loaded with the row and held across the reduction: loaded after it, it
-  // would cost a memory round trip per call (benchmark/results/tuning-rmsnorm-rope-h200-2026-12-02-62a4e59.md).
+  // By default the weight is loaded with the row and held across the reduction: loaded after it,
+  // it costs a memory round trip per call at most shapes
+  // (benchmark/results/tuning-rmsnorm-rope-h200-2026-12-02-62a4e59.md; `kLateWeight` lets a tuning
+  // table choose per shape).
   vec_t v[Layout::kPerThread];
   vec_t w[Layout::kPerThread];
   float acc[Layout::kVecN] = {};
   if (active) {
     load_vecs<Layout>(v, src, lane);
-    load_vecs<Layout>(w, weight, lane);
+    if constexpr (!kLateWeight) load_vecs<Layout>(w, weight, lane);
   }
   // The loads are issued: the next kernel may start launching now (its own wait still covers
   // this kernel's stores), which hides its launch behind this kernel's memory round trip.
-  PDLTriggerSecondary<kUsePDL>();
+  if constexpr (!kLateTrigger) PDLTriggerSecondary<kUsePDL>();
   if (active) {
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
@@ -218,6 +225,10 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
   }
   const float sum_sq = tree_sum(acc);
   const float r = inv_rms<kHidden>(row_sum<Layout>(sum_sq, smem), eps);
+  if constexpr (kLateTrigger) PDLTriggerSecondary<kUsePDL>();
+  if constexpr (kLateWeight) {
+    if (active) load_vecs<Layout>(w, weight, lane);
+  }
 
   if (active) {
     KERNKIT_UNROLL
@@ -244,6 +255,8 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
+/// \tparam kLateWeight Whether the weight is loaded after the reduction (`rmsnorm_row`).
+/// \tparam kLateTrigger Whether the PDL trigger follows the reduction (`rmsnorm_row`).
 /// \param out Row 0 of the output: `x` itself (in place), or memory `x` does not share.
 /// \param x Row 0 of the input.
 /// \param weight `kHidden` elements.
@@ -251,7 +264,7 @@ KERNKIT_DEVICE void rmsnorm_row(T* dst, const T* src, const T* __restrict__ weig
 /// \param x_stride Elements between input rows.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst, bool kLateWeight, bool kLateTrigger>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     rmsnorm_kernel(T* out, const T* x, const T* __restrict__ weight, int64_t out_stride,
                    int64_t x_stride, int64_t num_rows, float eps) {
@@ -262,8 +275,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   // A group past the last row still takes part in the shuffles of its warp; it reads nothing.
   const bool active = row < num_rows;
   const int64_t r = active ? row : 0;
-  device::norm::rmsnorm_row<T, kHidden, kUsePDL, 4, kCastXFirst>(out + r * out_stride, x + r * x_stride, weight,
-                                                                  active, lane, eps, smem);
+  device::norm::rmsnorm_row<T, kHidden, kUsePDL, 4, kCastXFirst, kLateWeight, kLateTrigger>(
+      out + r * out_stride, x + r * x_stride, weight, active, lane, eps, smem);
 }
 
 /// \brief In place, per row: `residual = x + residual` (the fp32 sum rounded to `T`), then
@@ -278,6 +291,8 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 /// \tparam kHidden Elements per row.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
+/// \tparam kLateWeight Whether the weight is loaded after the reduction (`rmsnorm_row`).
+/// \tparam kLateTrigger Whether the PDL trigger follows the reduction (`rmsnorm_row`).
 /// \param x Row 0 of `x`: read, then overwritten with the normalized sum.
 /// \param residual Row 0 of `residual`: read, then overwritten with the sum.
 /// \param weight `kHidden` elements.
@@ -285,7 +300,7 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
 /// \param residual_stride Elements between rows of `residual`.
 /// \param num_rows Rows.
 /// \param eps Added to the mean of squares.
-template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst, bool kLateWeight, bool kLateTrigger>
 __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockThreads)
     fused_add_rmsnorm_kernel(T* __restrict__ x, T* __restrict__ residual, const T* __restrict__ weight,
                              int64_t x_stride, int64_t residual_stride, int64_t num_rows, float eps) {
@@ -308,9 +323,9 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   if (active) {
     device::norm::load_vecs<Layout>(a, xr, lane);
     device::norm::load_vecs<Layout>(b, rr, lane);
-    device::norm::load_vecs<Layout>(w, weight, lane);
+    if constexpr (!kLateWeight) device::norm::load_vecs<Layout>(w, weight, lane);
   }
-  device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_row
+  if constexpr (!kLateTrigger) device::PDLTriggerSecondary<kUsePDL>();  // as in rmsnorm_row
   if (active) {
     KERNKIT_UNROLL
     for (int32_t i = 0; i < Layout::kPerThread; ++i) {
@@ -330,6 +345,10 @@ __global__ void __launch_bounds__(device::norm::NormLayout<T, kHidden>::kBlockTh
   }
   const float sum_sq = device::norm::tree_sum(acc);
   const float r = device::norm::inv_rms<kHidden>(device::norm::row_sum<Layout>(sum_sq, smem), eps);
+  if constexpr (kLateTrigger) device::PDLTriggerSecondary<kUsePDL>();
+  if constexpr (kLateWeight) {
+    if (active) device::norm::load_vecs<Layout>(w, weight, lane);
+  }
 
   if (active) {
     KERNKIT_UNROLL
@@ -427,6 +446,36 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
   return NormArgs{xr, orows, device};
 }
 
+/// \brief Call `f` with the schedule the masks give a call of `elements` elements: bit `b` of a
+/// mask (`b` the bit length of `elements`, 1 to 62) set means the late variant at that size.
+/// Masks of 0 (an untuned op) instantiate only the default.
+/// \tparam kLateWeight The sizes at which the weight is loaded after the reduction.
+/// \tparam kLateTrigger The sizes at which the PDL trigger follows the reduction.
+/// \param elements Elements of the call.
+/// \param f Called with `std::bool_constant`s: the late weight, the late trigger.
+template <uint64_t kLateWeight, uint64_t kLateTrigger, typename F>
+inline void with_schedule(int64_t elements, F&& f) {
+  static_assert(kLateWeight >> 63 == 0 && kLateTrigger >> 63 == 0, "rmsnorm: schedule masks use bits 1 to 62");
+  if constexpr (kLateWeight == 0 && kLateTrigger == 0) {
+    f(std::false_type{}, std::false_type{});
+  } else {
+    int32_t bits = 0;
+    for (uint64_t v = static_cast<uint64_t>(elements); v != 0; v >>= 1) ++bits;
+    const uint64_t bit = bits < 63 ? uint64_t{1} << bits : 0;
+    const bool weight = (kLateWeight & bit) != 0;
+    const bool trigger = (kLateTrigger & bit) != 0;
+    if (weight && trigger) {
+      f(std::true_type{}, std::true_type{});
+    } else if (weight) {
+      f(std::true_type{}, std::false_type{});
+    } else if (trigger) {
+      f(std::false_type{}, std::true_type{});
+    } else {
+      f(std::false_type{}, std::false_type{});
+    }
+  }
+}
+
 }  // namespace norm
 }  // namespace host
 
@@ -437,12 +486,17 @@ inline NormArgs verify_norm_args(const tvm::ffi::TensorView& x, bool x_written, 
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it
 /// (transformers' order; the default multiplies in fp32 and rounds once).
+/// \tparam kLateWeight The sizes at which the weight is loaded after the reduction: bit `b` for
+/// calls of `2**(b - 1)` to `2**b - 1` elements (`with_schedule`); what a tuning table chose
+/// (`kernkit/ops/rmsnorm.py`). The same bits either way.
+/// \tparam kLateTrigger The sizes at which the PDL trigger follows the reduction (likewise).
 /// \param out `[..., kHidden]` of x's shape, written; rows may be strided; `x` itself (in place),
 /// or memory shared with neither `x` nor `weight`.
 /// \param x `[..., kHidden]`; rows may be strided (the leading dimensions must collapse).
 /// \param weight `[kHidden]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false, uint64_t kLateWeight = 0,
+          uint64_t kLateTrigger = 0>
 void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorView weight, float eps) {
   using namespace host;
   static_assert(std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> || std::is_same_v<T, fp32_t>,
@@ -460,9 +514,13 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
   }
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst>, data_ptr<T>(out), data_ptr<const T>(x),
-                           data_ptr<const T>(weight), a.other.row_stride, a.x.row_stride, n, eps);
+  norm::with_schedule<kLateWeight, kLateTrigger>(n * kHidden, [&](auto late_weight, auto late_trigger) {
+    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
+        .enable_pdl(kUsePDL)(rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst, decltype(late_weight)::value,
+                                            decltype(late_trigger)::value>,
+                             data_ptr<T>(out), data_ptr<const T>(x), data_ptr<const T>(weight), a.other.row_stride,
+                             a.x.row_stride, n, eps);
+  });
 }
 
 /// \brief Host launcher of `fused_add_rmsnorm_kernel`: verifies the tensors, launches one thread
@@ -472,12 +530,17 @@ void rmsnorm(tvm::ffi::TensorView out, tvm::ffi::TensorView x, tvm::ffi::TensorV
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
 /// \tparam kCastXFirst Whether the rounded sum is normalized and `s * inv_rms` rounded to `T`
 /// before the weight multiplies it (transformers' order; the default keeps both in fp32).
+/// \tparam kLateWeight The sizes at which the weight is loaded after the reduction: bit `b` for
+/// calls of `2**(b - 1)` to `2**b - 1` elements (`with_schedule`); what a tuning table chose
+/// (`kernkit/ops/rmsnorm.py`). The same bits either way.
+/// \tparam kLateTrigger The sizes at which the PDL trigger follows the reduction (likewise).
 /// \param x `[..., kHidden]`, read and overwritten; rows may be strided.
 /// \param residual x's shape, read and overwritten with `x + residual`; shares no memory with
 /// `x` or `weight`.
 /// \param weight `[kHidden]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false>
+template <typename T, int64_t kHidden, bool kUsePDL, bool kCastXFirst = false, uint64_t kLateWeight = 0,
+          uint64_t kLateTrigger = 0>
 void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tvm::ffi::TensorView weight,
                        float eps) {
   using namespace host;
@@ -488,9 +551,13 @@ void fused_add_rmsnorm(tvm::ffi::TensorView x, tvm::ffi::TensorView residual, tv
   check_no_overlap({{x, "x"}, {residual, "residual"}}, {{weight, "weight"}});
   const int64_t n = a.x.num_rows;
   if (n == 0) return;
-  LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
-      .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst>, data_ptr<T>(x), data_ptr<T>(residual),
-                           data_ptr<const T>(weight), a.x.row_stride, a.other.row_stride, n, eps);
+  norm::with_schedule<kLateWeight, kLateTrigger>(n * kHidden, [&](auto late_weight, auto late_trigger) {
+    LaunchKernel(rows::grid_blocks(n, Layout::kRowsPerBlock, "x"), Layout::kBlockThreads, a.device)
+        .enable_pdl(kUsePDL)(fused_add_rmsnorm_kernel<T, kHidden, kUsePDL, kCastXFirst, decltype(late_weight)::value,
+                                                      decltype(late_trigger)::value>,
+                             data_ptr<T>(x), data_ptr<T>(residual), data_ptr<const T>(weight), a.x.row_stride,
+                             a.other.row_stride, n, eps);
+  });
 }
 
 }  // namespace kernkit

@@ -1,0 +1,205 @@
+"""Tuning tables (``kernkit.jit.tuning``) and ``python -m kernkit.jit tune``, on the CPU emulator:
+a table's entry picks its candidate for its key only and gives the default's bits; a table for
+another device or kernkit version is passed over; a hostile table is refused whole;
+``KERNKIT_TUNING=off`` reads none; ``tune`` writes a table the op then reads; a candidate whose
+outputs differ is never chosen."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+
+import pytest
+import torch
+
+from kernkit import ops
+from kernkit._version import __version__
+from kernkit.cli import tune as tune_cli
+from kernkit.cli.cli import main
+from kernkit.jit import tuning
+from kernkit.ops.scale import scale_spec
+
+rmsnorm_module = importlib.import_module("kernkit.ops.rmsnorm")  # the package's attribute is the op
+
+HIDDEN = 256
+
+
+@pytest.fixture
+def tables(empty_cache, monkeypatch):
+    """A cache whose rmsnorm tables the test writes; the module and table memos start empty, and
+    the schedule masks of each build the norm factory asks for are recorded."""
+    asked = []
+    real = rmsnorm_module.rmsnorm_spec
+
+    def spy(dtype, hidden, backend=None, cast=False, schedules=None):
+        asked.append(schedules)
+        return real(dtype, hidden, backend, cast, schedules)
+
+    monkeypatch.setattr(rmsnorm_module, "rmsnorm_spec", spy)
+    rmsnorm_module._module.cache_clear()
+    tuning._entries.cache_clear()
+    yield asked
+    rmsnorm_module._module.cache_clear()
+    tuning._entries.cache_clear()
+
+
+def _table(entries, device=tuning.EMULATOR, version=__version__, op="rmsnorm") -> dict:
+    return {"format": 1, "op": op, "kernkit": version, "device": device[0], "capability": device[1],
+            "entries": entries}
+
+
+def _write(table: object, name: str = "t.json", op: str = "rmsnorm"):
+    folder = tuning.root() / "tuning" / op
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(table if isinstance(table, str) else json.dumps(table))
+    tuning._entries.cache_clear()  # tables are read once per process
+
+
+def _entry(elements: int, **args) -> dict:
+    return {"key": {"dtype": "float32", "hidden": HIDDEN, "elements": elements}, "args": args}
+
+
+def _x(rows: int) -> torch.Tensor:
+    return torch.randn(rows, HIDDEN, generator=torch.Generator().manual_seed(rows))
+
+
+UNTUNED = {"rmsnorm": (0, 0), "fused_add_rmsnorm": (0, 0)}
+
+
+def _calls(w):
+    """rmsnorm of 1 and 2 rows, fused_add_rmsnorm of 1 row: their outputs."""
+    x, r = _x(1), _x(1) + 1
+    ops.fused_add_rmsnorm(x, r, w)
+    return [ops.rmsnorm(_x(1), w), ops.rmsnorm(_x(2), w), x, r]
+
+
+def test_an_entry_picks_its_candidate_for_its_size_only_with_the_defaults_bits(tables):
+    w = torch.randn(HIDDEN, generator=torch.Generator().manual_seed(1))
+    want = _calls(w)  # before the table: the defaults
+    rmsnorm_module._module.cache_clear()
+    _write(_table([_entry(HIDDEN, late_weight=True, late_trigger=True)]))  # one row of 256 elements: bit 9
+    got = _calls(w)
+    assert all(torch.equal(g, e) for g, e in zip(got, want, strict=True))
+    assert tables == [UNTUNED, {"rmsnorm": (1 << 9, 1 << 9), "fused_add_rmsnorm": (0, 0)}]  # one build each
+    spec = rmsnorm_module.rmsnorm_spec(torch.float32, HIDDEN, "emu", False, {"rmsnorm": (512, 0)})
+    assert spec.title == "rmsnorm<fp32_t, 256, false, false, 512>"
+    assert rmsnorm_module.rmsnorm_spec(torch.float32, HIDDEN, "emu", False, UNTUNED).title == \
+        "rmsnorm<fp32_t, 256, false>"
+
+
+@pytest.mark.parametrize("device, version", [(("NVIDIA H200", "9.0"), __version__), (tuning.EMULATOR, "0.0.1")])
+def test_a_table_for_another_device_or_version_is_passed_over_with_one_log_line(tables, caplog, device, version):
+    _write(_table([_entry(HIDDEN, late_weight=True)], device, version))
+    with caplog.at_level(logging.INFO, logger="kernkit.jit"):
+        ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+        ops.rmsnorm(_x(3), torch.ones(HIDDEN))
+    lines = [r.getMessage() for r in caplog.records if "tuning table" in r.getMessage()]
+    assert len(lines) == 1 and "passed over" in lines[0] and device[0] in lines[0], lines
+    assert tables == [UNTUNED]
+
+
+HOSTILE = {
+    "an int for a bool candidate": [_entry(HIDDEN, late_weight=1)],
+    "an argument the op lacks": [_entry(HIDDEN, extra_cflags="-o /tmp/x")],
+    "a flag for a template argument": [_entry(HIDDEN, late_weight="true, false> ; system(\"id\")")],
+    "a key name missing": [{"key": {"dtype": "float32", "hidden": HIDDEN}, "args": {}}],
+    "a key of a list": [{"key": {"dtype": ["float32"], "hidden": HIDDEN, "elements": 1}, "args": {}}],
+    "a negative time": [{**_entry(HIDDEN), "default_us": -1}],
+    "a field of its own": [{**_entry(HIDDEN), "run": "rm -rf /"}],
+}
+
+
+@pytest.mark.parametrize("kind", [*HOSTILE, "not JSON", "nested 100,000 deep", "17 MiB", "another op's table",
+                                  "a control character in the device", "format 2"])
+def test_a_hostile_table_is_refused_whole_with_one_warning(tables, caplog, kind):
+    good = _entry(2 * HIDDEN, late_trigger=True)  # an entry that alone would be used
+    if kind in HOSTILE:
+        table: object = _table([good, *HOSTILE[kind]])
+    elif kind == "not JSON":
+        table = "{not json"
+    elif kind == "nested 100,000 deep":
+        table = json.dumps(_table([good]))[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    elif kind == "17 MiB":
+        table = json.dumps(_table([good])) + " " * (17 << 20)
+    elif kind == "another op's table":
+        table = _table([good], op="fused_add_rmsnorm")
+    elif kind == "a control character in the device":
+        table = _table([good], device=("kernkit CPU emulator\x1b[2J", "emu"))
+    else:
+        table = {**_table([good]), "format": 2}
+    _write(table)
+    with caplog.at_level(logging.WARNING, logger="kernkit.jit"):
+        ops.rmsnorm(_x(2), torch.ones(HIDDEN))
+        ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    refused = [r.getMessage() for r in caplog.records if "is refused" in r.getMessage()]
+    assert len(refused) == 1 and "none of it is used" in refused[0], refused
+    assert tables == [UNTUNED]
+
+
+def test_kernkit_tuning_off_reads_no_table(tables, monkeypatch):
+    _write(_table([_entry(HIDDEN, late_weight=True)]))
+    monkeypatch.setenv("KERNKIT_TUNING", "off")
+    assert tuning.tables("rmsnorm") == []
+    ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    assert tables == [UNTUNED]
+    monkeypatch.setenv("KERNKIT_TUNING", "of")
+    with pytest.raises(ValueError, match="KERNKIT_TUNING"):
+        tuning.tables("rmsnorm")
+
+
+def test_tune_on_the_emulator_writes_a_table_the_op_then_reads(tables, tmp_path, capsys):
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"dtype": "float32", "hidden": HIDDEN, "rows": r} for r in (1, 2, 3)]))
+    assert main(["tune", "rmsnorm", "--device", "cpu", "--shapes", str(shapes), "--repeats", "3", "-q"]) == 0
+    path = tune_cli.table_path(rmsnorm_module.TUNED["rmsnorm"], tuning.EMULATOR)
+    assert "rmsnorm: 2 keys" in capsys.readouterr().out  # rows 2 and 3 share the bucket of 512 elements
+    table = tuning.check_table(json.loads(path.read_text()), rmsnorm_module.TUNED["rmsnorm"])
+    assert [e["key"]["elements"] for e in table["entries"]] == [256, 512]
+    assert all(e["tuned_us"] <= e["default_us"] for e in table["entries"])
+    shapes.write_text(json.dumps([{"dtype": "float32", "hidden": HIDDEN, "rows": 1}]))
+    assert main(["tune", "rmsnorm", "--device", "cpu", "--shapes", str(shapes), "--repeats", "3", "-q"]) == 0
+    again = json.loads(path.read_text())["entries"]
+    assert [e["key"]["elements"] for e in again] == [512, 256]  # the key not measured again stays
+    assert again[0] == table["entries"][1]
+    rmsnorm_module._module.cache_clear()
+    tables.clear()
+    ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    weight = sum(e["args"].get("late_weight", False) << (e["key"]["elements"].bit_length()) for e in again)
+    trigger = sum(e["args"].get("late_trigger", False) << (e["key"]["elements"].bit_length()) for e in again)
+    assert tables == [{"rmsnorm": (weight, trigger), "fused_add_rmsnorm": (0, 0)}]
+
+
+def test_a_candidate_whose_outputs_differ_is_never_chosen(empty_cache):
+    """However fast it is: the second candidate's outputs differ from the default's here."""
+    spec = scale_spec(torch.float32, "emu")
+    runs = []
+
+    def outputs(module):
+        runs.append(module)
+        return [torch.tensor([0.0 if len(runs) != 3 else 1.0])]  # calls: want, the default, the candidate
+
+    bench = tuning.Bench(key={"n": 1}, spec=lambda args: spec, calls=lambda module: [lambda: None],
+                         outputs=outputs)
+    tunable = tuning.Tunable("kernkit_test.differs", {"fast": (False, True)}, ("n",),
+                             bench=lambda shape, device: bench)
+    try:
+        entries, notes = tune_cli.tune(tunable, [{}], "cpu", repeats=3, progress=False)
+    finally:
+        del tuning._declared[tunable.name]
+    assert entries[0]["args"] == {} and len(runs) == 3
+    assert notes == ["kernkit_test.differs {}: {'fast': True} gives other outputs than the default; not chosen"]
+
+
+@pytest.mark.parametrize("name, candidates, key, match", [
+    ("rms norm", {"a": (1, 2)}, ("n",), "not a dotted identifier"),
+    ("kernkit_test.t", {"a": ()}, ("n",), "needs distinct"),
+    ("kernkit_test.t", {"a": (True, True)}, ("n",), "needs distinct"),
+    ("kernkit_test.t", {"a": (1.5,)}, ("n",), "needs distinct"),
+    ("kernkit_test.t", {"a": (1,)}, ("n", "n"), "not a tuple of distinct names"),
+    ("rmsnorm", {"a": (1,)}, ("n",), "declared already"),
+])
+def test_a_declaration_that_cannot_be_tuned_is_refused(name, candidates, key, match):
+    with pytest.raises(ValueError, match=match):
+        tuning.Tunable(name, candidates, key)
+    assert "kernkit_test.t" not in tuning._declared

@@ -115,7 +115,9 @@ def group_quant_case(dtype: torch.dtype, group_size: int, tokens: int, groups: i
 def hash_cases() -> list[Case]:
     """Each dtype and scale layout: bf16 x 128 (16 lanes a group, several blocks), fp16 x 64
     column-major, fp32 x 16 packed UE8M0 (a padding byte), bf16 x 128 row-major UE8M0, bf16 x 32
-    rows at an odd offset (the scalar variant), and bf16 x 16 special groups with eps 0."""
+    rows at an odd offset (the scalar variant), and bf16 x 16 special groups with eps 0. Then one
+    bf16 token of DeepSeek-V3's widths (hidden 1536 and 7168) in groups of 64 and 128, both
+    layouts: bf16 inputs put many quotients on an E4M3 midpoint, where a 1-ulp scale flips q."""
     return [
         group_quant_case(bf16, 128, 33, 8),
         group_quant_case(fp16, 64, 9, 10, column_major=True),
@@ -123,6 +125,8 @@ def hash_cases() -> list[Case]:
         group_quant_case(bf16, 128, 7, 7, ue8m0=True),
         group_quant_case(bf16, 32, 7, 8, column_major=True, ue8m0=True, offset=3),
         group_quant_case(bf16, 16, 3, 8, specials=True, eps=0.0),
+        *(group_quant_case(bf16, g, 1, h // g, column_major=col)
+          for h in (1536, 7168) for g in (64, 128) for col in (False, True)),
     ]
 
 

@@ -91,7 +91,7 @@ class Tunable:
         untuned choice first. Booleans, integers or strings.
     key
         The names of the shape key ``choose`` takes (``("dtype", "hidden", "rows")``): what the
-        best choice depends on, bucketed by the op (``pow2_bucket``).
+        best choice depends on, bucketed by the op (rmsnorm: elements by powers of two).
     grids
         Named lists of shapes (``{"serving": [{"dtype": "bfloat16", "hidden": 4096, "rows": 1},
         ...]}``) for ``tune --grid``; ``bench`` reads one shape.
@@ -106,7 +106,7 @@ class Tunable:
     -------
     >>> TUNABLE = Tunable("rmsnorm", {"late_weight": (False, True)}, ("dtype", "hidden", "rows"),
     ...                   grids={"serving": SHAPES}, bench=_bench)  # doctest: +SKIP
-    >>> args = TUNABLE.choose(x.is_cuda, dtype=x.dtype, hidden=4096, rows=pow2_bucket(rows))  # doctest: +SKIP
+    >>> args = TUNABLE.choose(x.is_cuda, dtype=x.dtype, hidden=4096, elements=4096)  # doctest: +SKIP
     """
 
     name: str
@@ -159,11 +159,6 @@ class Tunable:
 def declared() -> list[Tunable]:
     """Every ``Tunable`` declared in this process (its op's module is imported), in order."""
     return list(_declared.values())
-
-
-def pow2_bucket(n: int) -> int:
-    """The power of two at or above ``n`` (1 for 0 and 1): the bucket of a token count."""
-    return 1 << max(n - 1, 0).bit_length()
 
 
 def identity(is_cuda: bool) -> tuple[str, str] | None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from kernkit.jit.tuning import graph_times_us
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
@@ -37,30 +39,9 @@ def calls_for(bytes_per_call: int, min_calls: int = 20, max_calls: int = 1000) -
 
 def graph_time_us(calls: Sequence[Callable[[], object]], replays: int = 30, warmup: int = 3) -> float:
     """Median time per call, in microseconds, of one CUDA graph holding ``calls`` in order
-    (each should use its own inputs), over ``replays`` replays after ``warmup``."""
-    for fn in calls:  # warm: module loads, autotuning, allocator
-        fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            for fn in calls:
-                fn()
-    torch.cuda.synchronize()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    del graph
-    return statistics.median(times)
+    (each should use its own inputs), over ``replays`` replays after ``warmup``: the timer
+    ``tune`` uses (``kernkit.jit.tuning.graph_times_us``)."""
+    return statistics.median(graph_times_us(calls, replays, warmup))
 
 
 def allow_recompiles(limit: int = 64) -> None:

@@ -207,7 +207,7 @@ def test_an_exported_build_imports_into_another_cache_and_loads_without_a_compil
     archive = tmp_path / "kernels.tar.gz"
     assert tool.export_builds(archive) == 1
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    done, refused = tool.import_builds(archive)
+    done, refused, _ = tool.import_builds(archive)
     assert done == ["scale<fp32_t, false>"] and refused == []
     imported = tmp_path / "b" / build.relative_to(tmp_path / "a")
     assert json.loads((imported / "meta.json").read_text())["imported"] is True
@@ -272,7 +272,7 @@ def test_import_maps_kernkits_headers_to_this_installation(tmp_path, monkeypatch
 
     _rewrite(tmp_path / "x.tar.gz", tmp_path / "y.tar.gz", elsewhere)
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    done, refused = tool.import_builds(tmp_path / "y.tar.gz")
+    done, refused, _ = tool.import_builds(tmp_path / "y.tar.gz")
     assert (done, refused) == (["scale<fp32_t, false>"], [])
     deps = json.loads(next((tmp_path / "b").glob("v2/scale/*/*/meta.json")).read_text())["deps"]
     assert all(str(PACKAGE_ROOT) in d[0] for d in deps)
@@ -304,7 +304,7 @@ def test_a_damaged_member_is_refused_by_name_and_nothing_of_it_is_published(tmp_
 
     _rewrite(tmp_path / "x.tar.gz", tmp_path / "bad.tar.gz", change)
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    done, refused = tool.import_builds(tmp_path / "bad.tar.gz", ["10.0"] if damage == "other arch" else None)
+    done, refused, _ = tool.import_builds(tmp_path / "bad.tar.gz", ["10.0"] if damage == "other arch" else None)
     assert done == [] and len(refused) == 1 and "scale<fp32_t, false>" in refused[0]
     expect = {"truncated": "bytes, and its record says", "altered": "sha256",
               "other arch": "built for 9.0, not for 10.0", "other kernkit": "built by kernkit 0.0.1",
@@ -338,11 +338,11 @@ def test_an_archive_of_another_format_is_refused_whole(tmp_path, monkeypatch):
     tool.export_builds(tmp_path / "x.tar.gz")
 
     def later(name, data):
-        return data.replace(b'"format": 1', b'"format": 2') if name == "index.json" else data
+        return data.replace(b'"format": 2', b'"format": 3') if name == "index.json" else data
 
     _rewrite(tmp_path / "x.tar.gz", tmp_path / "y.tar.gz", later)
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    with pytest.raises(tool.ArchiveError, match="of format 2; this kernkit reads format 1"):
+    with pytest.raises(tool.ArchiveError, match="of format 3; this kernkit reads formats 1 and 2"):
         tool.import_builds(tmp_path / "y.tar.gz")
     assert not list((tmp_path / "b").glob("v2/scale/*/*/meta.json"))
 

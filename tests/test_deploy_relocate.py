@@ -235,7 +235,7 @@ def test_a_build_whose_record_leaves_the_kernel_root_is_not_loaded_nor_imported(
             info.size = len(data)
             dst.addfile(info, io.BytesIO(data))
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "other"))
-    done, refused = tool.import_builds(tmp_path / "bad.tar.gz")
+    done, refused, _ = tool.import_builds(tmp_path / "bad.tar.gz")
     assert done == [] and len(refused) == 1, refused
     assert "its record's 'deps' names '../outside/my_scale.cuh', which is neither" in refused[0]
     assert not list((tmp_path / "other").glob("v2/my_scale/*/*/lib.so"))

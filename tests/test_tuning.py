@@ -2,19 +2,27 @@
 a table's entry picks its candidate for its key only and gives the default's bits; a table for
 another device or kernkit version is passed over; a hostile table is refused whole;
 ``KERNKIT_TUNING=off`` reads none; ``tune`` writes a table the op then reads; a candidate whose
-outputs differ is never chosen."""
+outputs differ is never chosen; ``cache export`` and ``import`` carry the tables, and an import
+refuses a table it cannot trust."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import io
 import json
 import logging
+import os
+import subprocess
+import sys
+import tarfile
 
 import pytest
 import torch
 
 from kernkit import ops
 from kernkit._version import __version__
+from kernkit.cli import cache as cache_tool
 from kernkit.cli import tune as tune_cli
 from kernkit.cli.cli import main
 from kernkit.jit import tuning
@@ -203,3 +211,95 @@ def test_a_declaration_that_cannot_be_tuned_is_refused(name, candidates, key, ma
     with pytest.raises(ValueError, match=match):
         tuning.Tunable(name, candidates, key)
     assert "kernkit_test.t" not in tuning._declared
+
+
+# --------------------------------------------------------------------------------------------
+# The deploy path: an archive carries the tables, and an import checks them
+
+TUNED_BUILD = {"rmsnorm": (1 << 9, 0), "fused_add_rmsnorm": (0, 0)}  # late_weight at 256 elements
+
+#: A frozen server's first call: rmsnorm of one row, with no compiler to be found.
+SERVE = "import torch\nfrom kernkit import ops\nops.rmsnorm(torch.randn(1, 256), torch.ones(256))\n"
+
+
+@pytest.fixture
+def shipped_table(tables, tmp_path, monkeypatch):
+    """A table that tunes rmsnorm at one row, the tuned build it picks, both exported from the
+    cache the test started in; the test then runs in the empty cache ``b``. Yields the archive."""
+    _write(_table([_entry(HIDDEN, late_weight=True)]))
+    ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    assert tables == [TUNED_BUILD]
+    archive = tmp_path / "x.tar.gz"
+    assert cache_tool.export_builds(archive) == 1
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    return archive
+
+
+def _serve(cache_dir) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SERVE], capture_output=True, text=True,
+                          env={**os.environ, "KERNKIT_CACHE_DIR": str(cache_dir), "KERNKIT_FREEZE": "error",
+                               "PATH": "/nonexistent"})
+
+
+def test_an_archive_carries_its_tables_and_a_frozen_server_picks_the_tuned_build(shipped_table, tmp_path):
+    done, refused, written = cache_tool.import_builds(shipped_table)
+    assert refused == [] and written == ["rmsnorm/t.json"] and done == ["rmsnorm<fp32_t, 256, false, false, 512>"]
+    table = tmp_path / "b" / "v2" / "tuning" / "rmsnorm" / "t.json"
+    assert table.read_bytes() == (tmp_path / "cache" / "v2" / "tuning" / "rmsnorm" / "t.json").read_bytes()
+    assert main(["cache", "clear"]) == 0 and table.is_file()  # a measurement, not a build
+    served = _serve(tmp_path / "b")  # the cleared build, imported again: the table picks it
+    assert served.returncode != 0 and "FrozenCompileError" in served.stderr
+    cache_tool.import_builds(shipped_table)
+    served = _serve(tmp_path / "b")
+    assert served.returncode == 0, served.stderr
+    table.unlink()  # without it the server asks for the untuned build, which the archive lacks
+    served = _serve(tmp_path / "b")
+    assert served.returncode != 0 and "rmsnorm<fp32_t, 256, false>" in served.stderr
+
+
+def _retabled(archive, out, data: bytes, sha256: str | None = None, path: str = "tuning/rmsnorm/t.json"):
+    """``archive`` with its one table's bytes replaced by ``data``, listed at ``path`` with
+    ``sha256`` (default: the hash of ``data``)."""
+    with tarfile.open(archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    head = json.loads(files.pop("index.json"))
+    files.pop(head["tables"][0]["path"])
+    head["tables"] = [{"path": path, "sha256": sha256 or hashlib.sha256(data).hexdigest()}]
+    with tarfile.open(out, "w:gz") as tar:
+        for name, body in {"index.json": json.dumps(head).encode(), path: data, **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["an int for a bool candidate", "an argument the op lacks", "another op's table",
+                                  "not JSON", "nested 100,000 deep", "altered after export"])
+def test_a_table_an_import_cannot_trust_is_refused_by_name_and_not_written(shipped_table, tmp_path, kind):
+    good = json.dumps(_table([_entry(HIDDEN, late_weight=True)])).encode()
+    sha256 = None
+    if kind in HOSTILE:
+        data = json.dumps(_table(HOSTILE[kind])).encode()
+    elif kind == "another op's table":
+        data = json.dumps(_table([], op="fused_add_rmsnorm")).encode()
+    elif kind == "not JSON":
+        data = b"{not json"
+    elif kind == "nested 100,000 deep":
+        data = good[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    else:
+        data, sha256 = good.replace(b"true", b"false"), hashlib.sha256(good).hexdigest()
+    mine = tmp_path / "b" / "v2" / "tuning" / "rmsnorm" / "t.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"the local table")
+    done, refused, written = cache_tool.import_builds(_retabled(shipped_table, tmp_path / "y.tar.gz", data, sha256))
+    assert len(done) == 1 and written == [] and len(refused) == 1 and refused[0].startswith("tuning/rmsnorm/t.json: ")
+    assert mine.read_bytes() == b"the local table"
+
+
+@pytest.mark.parametrize("path", ["tuning/../../x.json", "tuning/rmsnorm/../t.json", "/tmp/t.json",
+                                  "tuning/rmsnorm/sub/t.json", "tuning/rmsnorm/t.sh", "tuning/a b/t.json"])
+def test_an_index_naming_a_table_outside_the_tables_folder_is_refused_whole(shipped_table, tmp_path, path):
+    data = json.dumps(_table([_entry(HIDDEN, late_weight=True)])).encode()
+    with pytest.raises(cache_tool.ArchiveError, match="not a kernkit cache archive"):
+        cache_tool.import_builds(_retabled(shipped_table, tmp_path / "y.tar.gz", data, path=path))
+    assert not (tmp_path / "b").exists()

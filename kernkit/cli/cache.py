@@ -26,6 +26,12 @@ published. An archive that is not one kernkit wrote (a bad index, a member that 
 file, a member larger than a build's can be, a truncated file) is refused whole, before anything
 is written. An archive is code: `--expect-sha256 HEX` imports only the archive whose SHA-256 is
 the one `cache export` printed on the build box.
+
+An archive also carries the local cache's tuning tables (`v2/tuning/<op>/<device>.json`, which
+`tune` writes), so that a deployment picks the tuned builds the archive holds. A table is data:
+import checks it whole (`tuning.check_table`, within the limits of JSON from elsewhere) and
+writes it in place of the local table of the same name, or refuses it by name. `cache clear`
+and `prune` leave the tables alone: they are measurements, not builds.
 """
 
 from __future__ import annotations
@@ -56,16 +62,25 @@ from ..jit.cache import root as cache_root
 from ..jit.cache import sha256 as file_sha256
 from ..jit.config import SHARED_VAR, shared_entries
 from ..jit.paths import LIB_NAME
+from ..jit.tuning import check_table, declared
 from ..jit.untrusted import MAX_JSON_BYTES, parse_json
 from . import output, replay
 
-#: The archive's layout version (its ``index.json``).
-ARCHIVE_FORMAT = 1
+#: The archive's layout version (its ``index.json``); 2 added the tuning tables.
+ARCHIVE_FORMAT = 2
+
+#: The layouts this kernkit reads: format 1 is format 2 without tables.
+_READS = (1, 2)
+
+#: The folder of the cache's ``v2`` that holds the tuning tables.
+TUNING = "tuning"
 
 #: One part of a build directory ``<name>/<args>-<key16>/<build12>`` as ``JitSpec.key_dir``
 #: names it: no separator, no dot part, nothing hidden (``.locks``, ``.staging``).
 _PART = re.compile(r"[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+#: A table's member, ``tuning/<op>/<name>.json``: the op a dotted name, the file a plain name.
+_TABLE = re.compile(r"tuning/[A-Za-z_][A-Za-z0-9_.]*/[A-Za-z0-9_+=-][A-Za-z0-9_.+=-]*\.json")
 
 #: The most bytes a build's library may have in an archive, far above any build's (a few MiB):
 #: a member claiming more is refused before any of it is read or written.
@@ -138,7 +153,8 @@ def clear(kernel: str | None = None) -> tuple[int, list[Path]]:
     """
     top = cache_root()
     builds = [path for path, _ in published(kernel)]
-    kernels = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".")] if top.is_dir() else []
+    kernels = [p for p in top.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != TUNING
+               ] if top.is_dir() else []
     failed = list((top / ".failed").iterdir()) if (top / ".failed").is_dir() else []
     kept_failures = []
     for path in kernels + failed:
@@ -202,7 +218,8 @@ class ArchiveError(ValueError):
 def export_builds(archive: Path, manifest_file: str | None = None) -> int:
     """Write the published builds (their library and record) of the local cache, or those a
     manifest names wherever a load finds them (the shared caches of ``KERNKIT_CACHE_SHARED``
-    first, then the local one), to one ``.tar.gz`` with an index of what each member is.
+    first, then the local one), and the local cache's tuning tables, to one ``.tar.gz`` with an
+    index of what each member is.
     ``archive`` is written as ``output.written`` says: a regular file replaced whole, a link's
     target updated, a FIFO or ``/dev/stdout`` written through.
 
@@ -247,14 +264,17 @@ def _export(archive: Path, manifest_file: str | None = None) -> tuple[int, str]:
     # A build's directory in the archive is its path under its cache's v2, whichever cache it is in.
     index = [{"dir": "/".join(path.parts[-3:]), "title": meta["title"], "sha256": meta["lib"]["sha256"]}
              for path, meta in builds]
+    tables = {f"{TUNING}/{p.parent.name}/{p.name}": p.read_bytes() for p in local_tables()}
     try:
         with output.written(archive) as out:
             hashing = _Hashing(out)
             with tarfile.open(fileobj=hashing, mode="w|gz") as tar:
-                data = json.dumps({"format": ARCHIVE_FORMAT, "builds": index}).encode()
-                info = tarfile.TarInfo("index.json")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+                head = {"format": ARCHIVE_FORMAT, "builds": index,
+                        "tables": [{"path": n, "sha256": hashlib.sha256(d).hexdigest()} for n, d in tables.items()]}
+                for name, data in {"index.json": json.dumps(head).encode(), **tables}.items():
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
                 for (path, _), entry in zip(builds, index, strict=True):
                     for name in (LIB_NAME, "meta.json"):
                         tar.add(path / name, f"{entry['dir']}/{name}")
@@ -263,13 +283,21 @@ def _export(archive: Path, manifest_file: str | None = None) -> tuple[int, str]:
     return len(builds), hashing.hash.hexdigest()
 
 
+def local_tables() -> list[Path]:
+    """The tuning tables of the local cache, ``v2/tuning/<op>/<name>.json`` (regular files whose
+    names an archive can hold), sorted."""
+    return [p for p in sorted((cache_root() / TUNING).glob("*/*.json"))
+            if p.is_file() and _TABLE.fullmatch(f"{TUNING}/{p.parent.name}/{p.name}")]
+
+
 def import_builds(archive: Path, archs: list[str] | None = None,
-                  expect_sha256: str | None = None) -> tuple[list[str], list[str]]:
+                  expect_sha256: str | None = None) -> tuple[list[str], list[str], list[str]]:
     """Publish the builds of an archive into the cache, with the same atomic publish as a
-    compile. The archive is checked whole first (``_read_archive``: nothing is written for one
-    that fails), then every build's record (``_claim``), before any build is written; then each
-    build is published only after ``_check_member`` passes, and a build that fails is not
-    published and nothing of it remains.
+    compile, and write its tuning tables. The archive is checked whole first (``_read_archive``:
+    nothing is written for one that fails), then every build's record (``_claim``) and every
+    table (``_table``), before anything is written; then each build is published only after
+    ``_check_member`` passes, and a build that fails is not published and nothing of it remains.
+    A table takes the place of the local cache's table of the same name.
 
     Parameters
     ----------
@@ -283,13 +311,14 @@ def import_builds(archive: Path, archs: list[str] | None = None,
 
     Returns
     -------
-    ``(published, refused)``: titles, and one line per refused member naming it and why.
-    Raises ``ArchiveError`` for an archive refused whole.
+    ``(published, refused, tables)``: the builds' titles, one line per refused member naming it
+    and why, and the tables written (``<op>/<name>.json``). Raises ``ArchiveError`` for an
+    archive refused whole.
 
     Example
     -------
     >>> import_builds(Path("kernels.tar.gz"), ["9.0"], expect_sha256="3f9a...")  # doctest: +SKIP
-    (['scale<fp32_t, false>'], [])
+    (['scale<fp32_t, false>'], [], ['rmsnorm/nvidia-h200-sm9-0.json'])
     """
     if expect_sha256 is not None and not _SHA256.fullmatch(expect_sha256):
         raise ArchiveError(f"--expect-sha256 takes 64 hex digits (lower case), got {expect_sha256!r}")
@@ -300,7 +329,7 @@ def import_builds(archive: Path, archs: list[str] | None = None,
             allowed = {str(target_arch())}
         except ArchError:
             allowed = None  # no GPU and no KERNKIT_CUDA_ARCH: any architecture
-    tar, index, files = _read_archive(archive, expect_sha256)
+    tar, index, listed_tables, files = _read_archive(archive, expect_sha256)
     done, refused = [], []
     with tar:
         claims = {}
@@ -309,6 +338,12 @@ def import_builds(archive: Path, archs: list[str] | None = None,
                 claims[entry["dir"]] = _claim(tar, files, entry["dir"])
             except _UNREADABLE as e:
                 refused.append(f"{entry['dir']} ({entry['title']}): {e}")
+        tables = {}
+        for entry in listed_tables:
+            try:
+                tables[entry["path"]] = _table(tar, files[entry["path"]], entry["sha256"])
+            except _UNREADABLE as e:
+                refused.append(f"{entry['path']}: {e}")
         for entry in index:
             if entry["dir"] not in claims:
                 continue
@@ -325,7 +360,31 @@ def import_builds(archive: Path, archs: list[str] | None = None,
             finally:
                 if staging is not None:  # gone once published; else what was extracted
                     discard_build(staging)
-    return done, refused
+    for name, data in tables.items():
+        path = cache_root().joinpath(*name.split("/"))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with output.written(path) as f:
+                f.write(data)
+        except OSError as e:
+            raise ArchiveError(f"cannot import {archive}: cannot write {path}: {e.strerror or e}") from None
+    return done, refused, [n.removeprefix(f"{TUNING}/") for n in tables]
+
+
+def _table(tar: tarfile.TarFile, info: tarfile.TarInfo, sha256: str) -> bytes:
+    """The bytes of the table member ``info`` if they hash to the index's ``sha256`` and hold a
+    whole table of the op its folder names (``tuning.check_table``: of that op's declared
+    tunable, or, for an op not declared here, its structure); else ``ValueError`` saying why."""
+    data = tar.extractfile(info).read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError("it does not match its sha256 in the index (altered)")
+    op = info.name.split("/")[1]
+    import kernkit.ops  # noqa: F401  (declares kernkit's tunables)
+
+    table = check_table(parse_json(data), {t.name: t for t in declared()}.get(op))
+    if table["op"] != op:
+        raise ValueError(f"it is a table of {table['op']!r}, in the folder of {op!r}")
+    return data
 
 
 #: What reading an archive's member or checking a build of it raises: that build is refused.
@@ -333,18 +392,21 @@ _UNREADABLE = (ValueError, OSError, EOFError, zlib.error, tarfile.TarError)
 
 
 def _read_archive(archive: Path, expect_sha256: str | None
-                  ) -> tuple[tarfile.TarFile, list[dict], dict[str, tarfile.TarInfo]]:
+                  ) -> tuple[tarfile.TarFile, list[dict], list[dict], dict[str, tarfile.TarInfo]]:
     """The archive, read whole (so a truncated one fails here) and checked whole before anything
     is written: its SHA-256 is ``expect_sha256`` when given; its members are plain regular files
     no larger than they can be (``_member_problem``, checked as each is listed, before tarfile
     reads past it), each once: ``index.json`` and, for each of its entries, ``<dir>/lib.so`` and
-    ``<dir>/meta.json``, nothing else; the index is JSON (``untrusted.parse_json``) and each
-    entry is ``{"dir", "title", "sha256"}``, strings, with ``dir`` a build directory
-    ``<name>/<args>-<key16>/<build12>`` of plain names (``_PART``) and ``sha256`` 64 hex digits.
+    ``<dir>/meta.json``, and the member of each of its tables, nothing else; the index is JSON
+    (``untrusted.parse_json``), each build entry is ``{"dir", "title", "sha256"}``, strings,
+    with ``dir`` a build directory ``<name>/<args>-<key16>/<build12>`` of plain names
+    (``_PART``) and ``sha256`` 64 hex digits, and each table entry is ``{"path", "sha256"}``
+    with ``path`` ``tuning/<op>/<name>.json`` (``_TABLE``).
 
     Returns
     -------
-    ``(tar, entries, members)``: the open archive, the index's entries, its members by name.
+    ``(tar, builds, tables, members)``: the open archive, the index's build and table entries,
+    its members by name.
     Raises ``ArchiveError`` saying why it is not a kernkit cache archive.
     """
     try:
@@ -381,9 +443,12 @@ def _read_archive(archive: Path, expect_sha256: str | None
         raise refuse(f"its index.json cannot be read ({e})") from None
     if type(head) is not dict or type(head.get("builds")) is not list:
         raise refuse("its index.json is not an object with a list 'builds'")
-    if head.get("format") != ARCHIVE_FORMAT:
+    if head.get("format") not in _READS or type(head.get("format")) is not int:
         raise ArchiveError(f"{archive} is a kernkit cache archive of format {head.get('format')!r}; this "
-                           f"kernkit reads format {ARCHIVE_FORMAT}")
+                           f"kernkit reads formats {' and '.join(map(str, _READS))}")
+    tables = head.get("tables", [])
+    if type(tables) is not list:
+        raise refuse("its index.json's 'tables' is not a list")
     listed = {"index.json"}
     for i, entry in enumerate(head["builds"], 1):
         if type(entry) is not dict or not all(type(entry.get(f)) is str for f in ("dir", "title", "sha256")):
@@ -397,9 +462,19 @@ def _read_archive(archive: Path, expect_sha256: str | None
             if name not in files or name in listed:
                 raise refuse(f"entry {i}'s {name} is {'listed twice' if name in listed else 'missing'}")
             listed.add(name)
+    for i, entry in enumerate(tables, 1):
+        if type(entry) is not dict or set(entry) != {"path", "sha256"} or not all(
+                type(v) is str for v in entry.values()):
+            raise refuse(f"table {i} of its index is not an object of strings 'path' and 'sha256'")
+        if not _TABLE.fullmatch(entry["path"]) or not _SHA256.fullmatch(entry["sha256"]):
+            raise refuse(f"table {i}'s path {entry['path']!r} is not tuning/<op>/<name>.json, or its sha256 "
+                         f"is not 64 hex digits")
+        if entry["path"] not in files or entry["path"] in listed:
+            raise refuse(f"table {i}'s {entry['path']} is {'listed twice' if entry['path'] in listed else 'missing'}")
+        listed.add(entry["path"])
     if len(files) > len(listed):
         raise refuse(f"its member {sorted(set(files) - listed)[0]!r} is in no entry of its index")
-    return tar, head["builds"], files
+    return tar, head["builds"], tables, files
 
 
 #: The most bytes an extended header (a long name, pax records) of an archive member may claim.
@@ -430,13 +505,13 @@ def _member_problem(m: tarfile.TarInfo) -> str | None:
     """Why the member ``m`` cannot be one ``export_builds`` wrote, or None. It must be a plain
     regular file: not a link, device or directory, nor a sparse file, whose holes tarfile writes
     out as zeros, however few bytes the archive holds (a 2 KB archive could fill the disk). And
-    it must be no larger than it can be: ``MAX_JSON_BYTES`` for the index and a record,
-    ``MAX_LIB_BYTES`` for a library."""
+    it must be no larger than it can be: ``MAX_JSON_BYTES`` for the index, a record and a
+    table, ``MAX_LIB_BYTES`` for a library."""
     if m.issparse():
         return "is a sparse file"
     if m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
         return "is not a regular file"
-    limit = MAX_JSON_BYTES if m.name == "index.json" or m.name.endswith("/meta.json") else MAX_LIB_BYTES
+    limit = MAX_LIB_BYTES if m.name.endswith(f"/{LIB_NAME}") else MAX_JSON_BYTES
     if m.size > limit:
         return f"holds {m.size} bytes, more than the {human_size(limit)} it can be"
     return None
@@ -628,12 +703,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.action == "import":
         before = {path for path, _ in published()}
-        done, refused = import_builds(Path(args.archive), args.arch, args.expect_sha256)
+        done, refused, tables = import_builds(Path(args.archive), args.arch, args.expect_sha256)
         for line in refused:
             print(f"REFUSED {printable(line)}")
         new = len({path for path, _ in published()} - before)
         present = f" ({len(done) - new} already present)" if len(done) > new else ""
-        print(f"imported {new} build{'s' * (new != 1)} into {cache_root()}{present}, refused {len(refused)}")
+        written = f", {len(tables)} tuning table{'s' * (len(tables) != 1)}" if tables else ""
+        print(f"imported {new} build{'s' * (new != 1)}{written} into {cache_root()}{present}, "
+              f"refused {len(refused)}")
         return 1 if refused else 0
     if args.action == "clear":
         n, left = clear(args.kernel)

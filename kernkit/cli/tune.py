@@ -20,6 +20,7 @@ is done.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import statistics
@@ -34,7 +35,7 @@ from tqdm import tqdm
 from .._version import __version__
 from ..jit import cache_once
 from ..jit.cache import root
-from ..jit.tuning import FORMAT, Tunable, check_table, declared, identity, key_of
+from ..jit.tuning import FORMAT, Tunable, check_table, declared, graph_times_us, identity, key_of
 from ..jit.untrusted import read_json
 from . import output
 from .warmup import WarmupError, build_all
@@ -43,26 +44,6 @@ from .warmup import WarmupError, build_all
 def _timer(device: str, repeats: int) -> Callable[[Sequence[Callable[[], object]]], list[float]]:
     """Times per launch (us) of ``calls``, one per repeat: CUDA-graph replays on a GPU, the clock
     on the CPU."""
-    def gpu(calls):
-        for fn in calls:
-            fn()
-        torch.cuda.synchronize()
-        stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
-            for fn in calls:
-                fn()
-        for _ in range(3):
-            graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(repeats):
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / len(calls))
-        return times
-
     def cpu(calls):
         times = []
         for _ in range(repeats):
@@ -72,7 +53,7 @@ def _timer(device: str, repeats: int) -> Callable[[Sequence[Callable[[], object]
             times.append((time.perf_counter() - t0) * 1e6 / len(calls))
         return times
 
-    return gpu if device == "cuda" else cpu
+    return functools.partial(graph_times_us, replays=repeats) if device == "cuda" else cpu
 
 
 def _spread(times: list[float]) -> float:

@@ -8,9 +8,9 @@ first call of a fresh install (empty cache, fresh process), a later new speciali
 once its precompiled header and helper object are made, and the first call of a fresh process on
 that warm cache (the load, the cubin's load at the first launch, the op's first run), for rmsnorm
 bf16 (hidden 3072, then other sizes); on a GPU machine through the op on CUDA tensors, without one
-through ``build_and_load`` (emu: the op on CPU tensors). ``sglang`` is the peer: sglang's jit_kernel
-rmsnorm on CUDA tensors, its tvm-ffi cache (``TVM_FFI_CACHE_DIR``) as fresh as kernkit's
-(``bench_sglang.load_sglang``).
+through ``build_and_load`` (emu: the op on CPU tensors). ``sglang`` is the peer: sglang's JIT
+rmsnorm on CUDA tensors (``bench_sglang.load_sglang``: 0.5.23's ``sglang.kernels``, else 0.5.10's
+``jit_kernel``), its cache (``SGLANG_JIT_CACHE_DIR``, 0.5.10's ``TVM_FFI_CACHE_DIR``) as fresh as kernkit's.
 
 Every figure comes from fresh subprocesses with private cache directories; the worker functions
 (``w_*``) say what each measures. The specialization is store_cache for bf16 rows of 8 x 128
@@ -197,19 +197,21 @@ def w_first(backend: str, where: str, hidden: str) -> dict:
     """The first rmsnorm call of a process with ``where`` as its cache: ``import kernkit.ops``
     (timed apart), then the call (``emu``: the op on CPU tensors; ``nvrtc``/``nvcc``: the op on
     CUDA tensors with a GPU, else ``build_and_load`` of its spec; ``sglang``: sglang's rmsnorm,
-    import of its jit_kernel timed apart)."""
-    os.environ["KERNKIT_CACHE_DIR"] = os.environ["TVM_FFI_CACHE_DIR"] = where
+    import of its JIT kernels timed apart)."""
+    os.environ["KERNKIT_CACHE_DIR"] = os.environ["TVM_FFI_CACHE_DIR"] = os.environ["SGLANG_JIT_CACHE_DIR"] = where
     t0 = time.perf_counter()
     import torch
 
     if backend == "sglang":
         from bench_sglang import load_sglang
 
-        norm = load_sglang().norm
+        sgl = load_sglang()
+        if sgl is None or sgl.rmsnorm is None:
+            raise SystemExit("sglang's JIT kernels are not importable")
         x = torch.randn(4, int(hidden), dtype=torch.bfloat16, device="cuda")
         w = torch.randn(int(hidden), dtype=torch.bfloat16, device="cuda")
         t1, c1 = time.perf_counter(), _child_cpu()
-        norm.rmsnorm(x, w)
+        sgl.rmsnorm(x, w, x, 1e-6)
         torch.cuda.synchronize()
         return {"import_s": t1 - t0, "seconds": time.perf_counter() - t1, "cpu": _child_cpu() - c1}
 
@@ -403,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", action="store_true", help="only the cold-compile timeline (first call, later "
                     "specialization, warm load) per backend")
     ap.add_argument("--backends", nargs="+", default=["emu", "nvrtc"],
-                    help="--cold's backends (emu, nvrtc, nvcc; sglang for its jit_kernel)")
+                    help="--cold's backends (emu, nvrtc, nvcc; sglang for its JIT kernels)")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:

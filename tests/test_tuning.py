@@ -3,7 +3,7 @@ a table's entry picks its candidate for its key only and gives the default's bit
 another device or kernkit version is passed over; a hostile table is refused whole;
 ``KERNKIT_TUNING=off`` reads none; ``tune`` writes a table the op then reads; a candidate whose
 outputs differ is never chosen; ``cache export`` and ``import`` carry the tables, and an import
-refuses a table it cannot trust."""
+refuses a table it cannot trust. The same for the rope ops' grid (``kernkit/ops/_rope.py``)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ from kernkit.cli import cache as cache_tool
 from kernkit.cli import tune as tune_cli
 from kernkit.cli.cli import main
 from kernkit.jit import tuning
+from kernkit.ops import _rope
 from kernkit.ops.scale import scale_spec
+from kernkit.testing.ops import rotary_embedding as rope
 
 rmsnorm_module = importlib.import_module("kernkit.ops.rmsnorm")  # the package's attribute is the op
+ROPE_OPS = ("rotary_embedding", "rotary_embedding_store")
+rope_modules = {op: importlib.import_module(f"kernkit.ops.{op}") for op in ROPE_OPS}
 
 HIDDEN = 256
 
@@ -303,3 +307,89 @@ def test_an_index_naming_a_table_outside_the_tables_folder_is_refused_whole(ship
     with pytest.raises(cache_tool.ArchiveError, match="not a kernkit cache archive"):
         cache_tool.import_builds(_retabled(shipped_table, tmp_path / "y.tar.gz", data, path=path))
     assert not (tmp_path / "b").exists()
+
+
+@pytest.fixture
+def rope_tables(fresh_cache, monkeypatch):
+    """A cache whose rope tables the test writes; the rope modules and the table memos start
+    empty, and the grid mask of each build a rope factory asks for is recorded, by op."""
+    asked: dict[str, list[int]] = {op: [] for op in ROPE_OPS}
+    for op, module in rope_modules.items():
+        real = getattr(module, f"{op}_spec")
+
+        def spy(dtype, rot_dim, is_neox, backend=None, fewer_blocks=0, op=op, real=real):
+            asked[op].append(fewer_blocks)
+            return real(dtype, rot_dim, is_neox, backend, fewer_blocks)
+
+        monkeypatch.setattr(module, f"{op}_spec", spy)
+        module._module.cache_clear()
+    tuning._entries.cache_clear()
+    yield asked
+    for module in rope_modules.values():
+        module._module.cache_clear()
+    tuning._entries.cache_clear()
+
+
+def _rope_call(op: str, tokens: int) -> list[torch.Tensor]:
+    """``op`` on ``tokens`` tokens of 32 q and 8 k heads of 128 bfloat16 (neox): q and k (and the
+    caches). At 40 tokens and more, the grid of 16 CTAs an SM of the emulated GPU (4 SMs) is
+    taller than that of 14, and the CTAs loop over the tokens."""
+    q, k, v = (rope.rand((tokens, h, 128), torch.bfloat16, 3 * tokens + i) for i, h in enumerate((32, 8, 8)))
+    gen = torch.Generator().manual_seed(tokens)
+    positions = torch.randint(rope.MAX_POS, (tokens,), generator=gen)
+    cache = rope.make_cache(128)
+    if op == "rotary_embedding":
+        ops.rotary_embedding(positions, q, k, cache)
+        return [q, k]
+    kc, vc = (torch.zeros(2 * tokens, 8 * 128, dtype=torch.bfloat16) for _ in range(2))
+    ops.rotary_embedding_store(positions, q, k, v, cache, kc, vc, torch.randperm(2 * tokens, generator=gen)[:tokens])
+    return [q, k, kc, vc]
+
+
+def _rope_entry(tokens: int, **args) -> dict:
+    return {"key": {"dtype": "bfloat16", "rot_dim": 128, "is_neox": True, "tokens": tokens}, "args": args}
+
+
+@pytest.mark.parametrize("op", ROPE_OPS)
+def test_a_rope_entry_picks_its_grid_for_its_tokens_only_with_the_defaults_bits(rope_tables, op):
+    want = [t for n in (40, 100) for t in _rope_call(op, n)]  # before the table: the defaults
+    rope_modules[op]._module.cache_clear()
+    _write(_table([_rope_entry(32, fewer_blocks=True)], op=op), op=op)  # 32 to 63 tokens: bit 6
+    got = [t for n in (40, 100) for t in _rope_call(op, n)]
+    assert all(torch.equal(g, e) for g, e in zip(got, want, strict=True))
+    assert rope_tables == {o: [0, 1 << 6] if o == op else [] for o in ROPE_OPS}  # one build each
+    assert _rope.rope_spec(op, torch.bfloat16, 128, True, "emu", 1 << 6).title == f"{op}<bf16_t, 128, true, false, 64>"
+    assert _rope.rope_spec(op, torch.bfloat16, 128, True, "emu").title == f"{op}<bf16_t, 128, true, false>"
+    assert [s.title for s in rope_modules[op]._specializations([torch.bfloat16], 128, backend="emu")] == [
+        f"{op}<bf16_t, 128, true, false, 64>"]  # warmup builds what the op loads
+
+
+def test_tune_rope_store_on_the_emulator_writes_a_table_the_op_then_reads(rope_tables, tmp_path, capsys):
+    op = "rotary_embedding_store"
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"dtype": "bfloat16", "q_heads": 2, "k_heads": 1, "head_dim": 128, "rot_dim": 128,
+                                   "is_neox": True, "tokens": n} for n in (1, 40, 50)]))
+    argv = ["tune", op, "--device", "cpu", "--shapes", str(shapes), "--repeats", "3", "-q"]
+    assert main(argv) == 0
+    path = tune_cli.table_path(_rope.TUNED[op], tuning.EMULATOR)
+    assert f"{op}: 2 keys" in capsys.readouterr().out  # 40 and 50 tokens share the bucket of 32
+    table = tuning.check_table(json.loads(path.read_text()), _rope.TUNED[op])
+    assert [e["key"] for e in table["entries"]] == [
+        {"dtype": "bfloat16", "rot_dim": 128, "is_neox": True, "tokens": n} for n in (1, 32)]
+    assert all(e["tuned_us"] <= e["default_us"] for e in table["entries"])
+    rope_modules[op]._module.cache_clear()
+    rope_tables[op].clear()
+    _rope_call(op, 3)
+    mask = sum(e["args"].get("fewer_blocks", False) << e["key"]["tokens"].bit_length() for e in table["entries"])
+    assert rope_tables[op] == [mask]
+
+
+@pytest.mark.parametrize("op", ROPE_OPS)
+def test_the_rope_serving_grid_has_one_layout_per_key_and_benches_on_the_emulator(op):
+    """The build knows no heads, so two layouts of one key would overwrite each other's entry."""
+    grid = _rope.TUNED[op].grids["serving"]
+    keys = [(s["dtype"], s["rot_dim"], s["is_neox"], s["tokens"]) for s in grid]
+    assert len(set(keys)) == len(keys) and len(grid) <= 150
+    bench = _rope.TUNED[op].bench({**grid[0], "tokens": 3}, "cpu")
+    assert bench.key == {"dtype": "bfloat16", "rot_dim": 128, "is_neox": True, "tokens": 2}
+    assert len(bench.calls(None)) == 200

@@ -8,20 +8,24 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once
-from ._rope import rope_builds, rope_spec
+from ._rope import check_rope, fewer_blocks_mask, rope_builds, rope_spec
 from .registry import register_op
 
 
-def rotary_embedding_spec(dtype: torch.dtype, rot_dim: int, is_neox: bool, backend: str | None = None) -> JitSpec:
-    """The build of one ``rotary_embedding`` specialization (``rope_spec``): the factory below and
-    ``warmup`` share it."""
-    return rope_spec("rotary_embedding", dtype, rot_dim, is_neox, backend)
+def rotary_embedding_spec(dtype: torch.dtype, rot_dim: int, is_neox: bool, backend: str | None = None,
+                          fewer_blocks: int = 0) -> JitSpec:
+    """The build of one ``rotary_embedding`` specialization (``rope_spec``), with the grid mask a
+    tuning table chose (``fewer_blocks``, 0 untuned): the factory below and ``warmup`` share it."""
+    return rope_spec("rotary_embedding", dtype, rot_dim, is_neox, backend, fewer_blocks)
 
 
 @cache_once
 def _module(dtype: torch.dtype, rot_dim: int, is_neox: bool, is_cuda: bool):
-    # Runs once per specialization key: the place for what Python must check.
-    return rotary_embedding_spec(dtype, rot_dim, is_neox, None if is_cuda else "emu").build_and_load()
+    # Runs once per specialization key: the place for what Python must check; then the tuning
+    # tables give the grid of each number of tokens (the launcher picks it by the call's tokens).
+    check_rope(dtype, rot_dim, is_neox)
+    mask = fewer_blocks_mask("rotary_embedding", is_cuda, dtype, rot_dim, is_neox)
+    return rotary_embedding_spec(dtype, rot_dim, is_neox, None if is_cuda else "emu", mask).build_and_load()
 
 
 def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: int | None = None,

@@ -184,6 +184,30 @@ def test_both_pdl_variants(use_pdl):
     assert torch.equal(q.cpu(), want_q) and torch.equal(k.cpu(), want_k)
 
 
+@pytest.mark.parametrize("n", [3000, 32768 + 5])
+@pytest.mark.parametrize("shape", [(128, 128, True), (128, 64, False)], ids=str)
+def test_every_grid_gives_the_defaults_bits_back_to_back(n, shape):
+    """The fewer-blocks grid a tuning table may choose (``kernkit/ops/_rope.py``'s ``GRIDS``) at
+    every token count, with PDL where the GPU has it, three calls back to back on one stream
+    (each rotates what the previous wrote): the untuned build's bits. At these token counts the
+    two grids differ (the CTAs loop over the tokens)."""
+    from kernkit.ops._rope import EVERY_SIZE
+
+    head_dim, rot_dim, is_neox = shape
+    results = []
+    for mask in (0, EVERY_SIZE):
+        module = rotary_embedding_spec(torch.bfloat16, rot_dim, is_neox, None, mask).build_and_load()
+        gen = torch.Generator(device="cuda").manual_seed(n)
+        q, k = (torch.randn((n, h, head_dim), generator=gen, device="cuda").bfloat16() for h in (32, 8))
+        positions = torch.randint(0, MAX_POS, (n,), generator=gen, device="cuda")
+        cache = make_cache(rot_dim)
+        for _ in range(3):
+            module.rotary_embedding(positions, q, k, cache, head_dim)
+        torch.cuda.synchronize()
+        results.append((q.cpu(), k.cpu()))
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))
+
+
 def test_non_default_stream():
     q = rand((777, 32, 128), torch.float16)
     k = rand((777, 8, 128), torch.float16)

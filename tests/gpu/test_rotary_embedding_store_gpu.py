@@ -118,3 +118,35 @@ def test_cuda_graph_replay_and_pdl_variants():
     rope_store.ref_rotary_embedding_store(pos.cpu(), want[0], want[1], v.cpu(), cache.cpu(), want[2], want[3],
                                           loc.cpu())
     assert all(torch.equal(a.cpu(), b) for a, b in zip((gq, gk, gkc, gvc), want, strict=True))
+
+
+@pytest.mark.parametrize("n", [3000, 32768 + 5])
+@pytest.mark.parametrize("shape", [(128, 128, True), (128, 64, False)], ids=str)
+def test_every_grid_gives_the_defaults_bits_back_to_back(n, shape):
+    """The fewer-blocks grid a tuning table may choose (``kernkit/ops/_rope.py``'s ``GRIDS``) at
+    every token count, with PDL where the GPU has it, three calls back to back on one stream
+    (each rotates what the previous wrote and rewrites the caches' rows): the untuned build's bits
+    in q, k and both caches. At these token counts the two grids differ (the CTAs loop over the
+    tokens)."""
+    from kernkit.ops._rope import EVERY_SIZE, rope_spec
+
+    head_dim, rot_dim, is_neox = shape
+    hk = 8
+    results = []
+    for mask in (0, EVERY_SIZE):
+        module = rope_spec("rotary_embedding_store", torch.bfloat16, rot_dim, is_neox, None, mask).build_and_load()
+        gen = torch.Generator(device="cuda").manual_seed(n)
+
+        def randn(*shape: int, gen=gen):
+            return torch.randn(shape, generator=gen, device="cuda").bfloat16()
+
+        q, k, v = randn(n, 32, head_dim), randn(n, hk, head_dim), randn(n, hk, head_dim)
+        kc, vc = randn(n + 7, hk * head_dim), randn(n + 7, hk * head_dim)
+        pos = torch.randint(0, MAX_POS, (n,), generator=gen, device="cuda")
+        loc = torch.randperm(n + 7, generator=gen, device="cuda")[:n]
+        cache = make_cache(rot_dim)
+        for _ in range(3):
+            module.rotary_embedding_store(pos, q, k, v, cache, kc, vc, loc, head_dim)
+        torch.cuda.synchronize()
+        results.append([t.cpu() for t in (q, k, kc, vc)])
+    assert all(torch.equal(a, b) for a, b in zip(*results, strict=True))

@@ -1,6 +1,7 @@
 /// \file rotary_embedding.cuh
-/// \brief `rotary_embedding<T, kRotDim, kIsNeox, kUsePDL>`: rotary position embedding of q and k,
-/// in place, with the neox or the gpt-j pairing and partial rotary (`kRotDim <= head_dim`).
+/// \brief `rotary_embedding<T, kRotDim, kIsNeox, kUsePDL[, kFewerBlocks]>`: rotary position
+/// embedding of q and k, in place, with the neox or the gpt-j pairing and partial rotary
+/// (`kRotDim <= head_dim`).
 ///
 /// Each head's first `kRotDim` elements form `kRotDim / 2` pairs (x, y): neox pairs element `i`
 /// with `i + kRotDim / 2`, gpt-j pairs `2i` with `2i + 1`. Pair `i` of a token at position `pos`
@@ -254,6 +255,34 @@ inline constexpr int64_t kBlockThreads = ::kernkit::device::rope::kBlockThreads;
 inline constexpr int32_t kBlocksPerSM = ::kernkit::device::rope::kBlocksPerSM;
 /// \brief The most CTAs along y; the kernel's grid-stride loop over tokens covers the rest.
 inline constexpr int64_t kMaxBlocksY = 65535;
+/// \brief CTAs an SM the grid fills where a tuning table chose fewer (`blocks_per_sm`): 14 of
+/// the 16 (`kBlocksPerSM`) that the launch bounds guarantee, 1792 of an SM's 2048 threads. Once
+/// the tokens outnumber the grid's rows, each CTA loops over 8/7 as many of them, and each SM
+/// keeps room for two CTAs of another kernel (the next one, which PDL lets start early). Measured
+/// on rope_store: 16 wins up to 16384 tokens, 14 at 32768 (by 9%).
+inline constexpr int32_t kFewerBlocksPerSM = 14;
+
+/// \brief The CTAs an SM a launch of `num_tokens` tokens fills (`launch_items`): bit `b` of
+/// `kFewerBlocks` (`b` the bit length of `num_tokens`, 1 to 62) set means `kFewerBlocksPerSM`,
+/// else `kBlocksPerSM`. A mask of 0 (an untuned op) gives `kBlocksPerSM` at every size. Only the
+/// grid's height changes, and with it which CTA takes a token: a token's work is the same, and
+/// so are the bits.
+/// \tparam kFewerBlocks The token counts launched with fewer CTAs; what a tuning table chose
+/// (`kernkit/ops/_rope.py`).
+/// \param num_tokens Tokens of the call.
+/// \return CTAs an SM.
+template <uint64_t kFewerBlocks>
+inline int32_t blocks_per_sm(int64_t num_tokens) {
+  static_assert(kFewerBlocks >> 63 == 0, "rope: a grid mask uses bits 1 to 62");
+  if constexpr (kFewerBlocks == 0) {
+    return kBlocksPerSM;
+  } else {
+    int32_t bits = 0;
+    for (uint64_t v = static_cast<uint64_t>(num_tokens); v != 0; v >>= 1) ++bits;
+    const uint64_t bit = bits < 63 ? uint64_t{1} << bits : 0;
+    return (kFewerBlocks & bit) != 0 ? kFewerBlocksPerSM : kBlocksPerSM;
+  }
+}
 
 /// \brief The CTA shape for `items` thread items per token, always `kBlockThreads` threads: x is
 /// the power of two from 32 to `kBlockThreads` that leaves the fewest idle threads over the
@@ -384,15 +413,16 @@ inline void launch_items(Kernel kernel, const Params& params, int64_t items, int
 /// \brief Launch `rotary_kernel` for `p` (`num_tokens > 0`) on the current stream.
 /// \param p The call's pointers, strides and sizes.
 /// \param cache_fp32 Whether the cache is fp32 (else `T`).
+/// \param blocks_per_sm CTAs an SM the grid fills (`blocks_per_sm`).
 /// \param dev The tensors' device.
 template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
-inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) {
+inline void launch_rotary(const RotaryParams& p, bool cache_fp32, int32_t blocks_per_sm, DLDevice dev) {
   with_layout<T, kRotDim, kIsNeox>(p, 0, cache_fp32, [&](auto cache_tag, auto vec_tag) {
     using CacheT = typename decltype(cache_tag)::type;
     constexpr int kVec = decltype(vec_tag)::value;
     using L = ::kernkit::device::rope::Layout<T, CacheT, kRotDim, kIsNeox, kVec>;
     launch_items<kUsePDL>(rotary_kernel<T, CacheT, kRotDim, kIsNeox, kVec, kUsePDL>, p,
-                          (p.q_heads + p.k_heads) * L::kItemsPerHead, p.num_tokens, kBlocksPerSM, dev);
+                          (p.q_heads + p.k_heads) * L::kItemsPerHead, p.num_tokens, blocks_per_sm, dev);
   });
 }
 
@@ -405,6 +435,9 @@ inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) 
 /// \tparam kRotDim Rotated elements per head (the cache's row length).
 /// \tparam kIsNeox Neox pairing (i, i + kRotDim / 2), else gpt-j (2i, 2i + 1).
 /// \tparam kUsePDL Launch with Programmatic Dependent Launch.
+/// \tparam kFewerBlocks The token counts launched with fewer CTAs an SM: bit `b` for calls of
+/// `2**(b - 1)` to `2**b - 1` tokens (`rope::blocks_per_sm`); what a tuning table chose
+/// (`kernkit/ops/_rope.py`). The same bits either way.
 /// \param positions int32 or int64 `[tokens]`; out-of-range tokens are left unchanged.
 /// \param q `[tokens, q_heads * head_dim]` or `[tokens, q_heads, head_dim]`, rotated in place.
 /// \param k `[tokens, k_heads * head_dim]` or `[tokens, k_heads, head_dim]`, rotated in place.
@@ -412,7 +445,7 @@ inline void launch_rotary(const RotaryParams& p, bool cache_fp32, DLDevice dev) 
 /// \param head_dim Elements per head (`kRotDim <= head_dim`); -1 (not given) takes a 3-d q's last
 /// dimension, and is refused for a 2-d q, whose rows do not say where a head ends.
 /// q and k may not share memory with each other, the cache or the positions.
-template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
+template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL, uint64_t kFewerBlocks = 0>
 void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                       tvm::ffi::TensorView cos_sin_cache, int64_t head_dim) {
   using namespace host;
@@ -422,7 +455,9 @@ void rotary_embedding(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tv
       rope::verify_rope<T, kRotDim>(positions, q, k, cos_sin_cache, head_dim, num_tokens, device);
   check_no_overlap({{q, "q"}, {k, "k"}}, {{cos_sin_cache, "cos_sin_cache"}, {positions, "positions"}});
   if (params.num_tokens == 0) return;
-  rope::launch_rotary<T, kRotDim, kIsNeox, kUsePDL>(params, is_type<fp32_t>(cos_sin_cache.dtype()), device.unwrap());
+  rope::launch_rotary<T, kRotDim, kIsNeox, kUsePDL>(params, is_type<fp32_t>(cos_sin_cache.dtype()),
+                                                    rope::blocks_per_sm<kFewerBlocks>(params.num_tokens),
+                                                    device.unwrap());
 }
 
 }  // namespace kernkit

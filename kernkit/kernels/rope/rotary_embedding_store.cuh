@@ -1,7 +1,7 @@
 /// \file rotary_embedding_store.cuh
-/// \brief `rotary_embedding_store<T, kRotDim, kIsNeox, kUsePDL>`: rotary position embedding of q
-/// and k in place (`rotary_embedding`), and the rotated k and the v of each token written to
-/// row `out_loc[token]` of the K and V caches (`store_cache`), in one launch.
+/// \brief `rotary_embedding_store<T, kRotDim, kIsNeox, kUsePDL[, kFewerBlocks]>`: rotary position
+/// embedding of q and k in place (`rotary_embedding`), and the rotated k and the v of each token
+/// written to row `out_loc[token]` of the K and V caches (`store_cache`), in one launch.
 ///
 /// The result is that of `rotary_embedding` followed by `store_cache`, bit for bit: the same
 /// rotation (`device::rope::Item`), the same skipped tokens (a position out of range leaves q
@@ -11,7 +11,7 @@
 /// decode step takes one launch instead of two.
 #pragma once
 
-#include <rope/rotary_embedding.cuh>  // RotaryParams, device::rope::Item, host::rope::with_layout, launch_items
+#include <rope/rotary_embedding.cuh>  // RotaryParams, rope::Item, rope::with_layout, launch_items, blocks_per_sm
 
 #include <kernkit/rows.cuh>  // device::rows::load_index, rows::verify_heads, rows::verify_rows
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDType, check_no_overlap, data_ptr
@@ -128,6 +128,9 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
 /// \tparam kRotDim Rotated elements per head (the cos/sin cache's row length).
 /// \tparam kIsNeox Neox pairing (i, i + kRotDim / 2), else gpt-j (2i, 2i + 1).
 /// \tparam kUsePDL Launch with Programmatic Dependent Launch.
+/// \tparam kFewerBlocks The token counts launched with fewer CTAs an SM: bit `b` for calls of
+/// `2**(b - 1)` to `2**b - 1` tokens (`rope::blocks_per_sm`); what a tuning table chose
+/// (`kernkit/ops/_rope.py`). The same bits either way.
 /// \param positions int32 or int64 `[tokens]`; tokens out of range are not rotated.
 /// \param q `[tokens, q_heads * head_dim]` or `[tokens, q_heads, head_dim]`, rotated in place.
 /// \param k `[tokens, k_heads * head_dim]` or `[tokens, k_heads, head_dim]`, rotated in place.
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(device::rope::kBlockThreads,
 /// \param out_loc int32 or int64 `[tokens]`; entries outside [0, pool) write nothing.
 /// \param head_dim Elements per head, or -1 for a 3-d q's last dimension.
 /// q, k and the caches may not share memory with each other or with what is only read.
-template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL>
+template <typename T, int64_t kRotDim, bool kIsNeox, bool kUsePDL, uint64_t kFewerBlocks = 0>
 void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView q, tvm::ffi::TensorView k,
                             tvm::ffi::TensorView v, tvm::ffi::TensorView cos_sin_cache, tvm::ffi::TensorView k_cache,
                             tvm::ffi::TensorView v_cache, tvm::ffi::TensorView out_loc, int64_t head_dim) {
@@ -191,7 +194,8 @@ void rotary_embedding_store(tvm::ffi::TensorView positions, tvm::ffi::TensorView
     sp.copy_vecs = sp.tail_vecs + head_dim / Item::kAccess;
     sp.copy_first = div_ceil((rp.q_heads + k_heads) * Item::L::kItemsPerHead, int64_t{32}) * 32;
     const int64_t items = sp.copy_first + k_heads * sp.copy_vecs;
-    rope::launch_items<kUsePDL>(kernel, sp, items, rp.num_tokens, rope::kBlocksPerSM, dev);
+    rope::launch_items<kUsePDL>(kernel, sp, items, rp.num_tokens, rope::blocks_per_sm<kFewerBlocks>(rp.num_tokens),
+                                dev);
   });
 }
 

@@ -13,7 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the test extra installs tomli
+    import tomli as tomllib
 
 TESTS = Path(__file__).resolve().parent
 

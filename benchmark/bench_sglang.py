@@ -3,7 +3,7 @@
 ``bench_per_token_group_quant_8bit.py``, the gated activations at the MLP widths of 8B to 70B
 models, plus the eager host cost per call of the ops both have.
 
-    python benchmark/bench_sglang.py --out DIR [--only host,rmsnorm,rope,qknorm,ropestore,groupquant,act]
+    python benchmark/bench_sglang.py --out DIR [--only host,rmsnorm,fusedadd,rope,qknorm,ropestore,store,groupquant,act]
                                      [--quick] [--no-compile] [--dry-run]
 
 sglang is whichever of its JIT kernel packages imports: ``sglang.kernels`` (sglang 0.5.23 and
@@ -17,6 +17,7 @@ eps (1e-10, as here) from the kernel; its ``fused_inplace_qknorm`` is wrapped in
 
 - rmsnorm: in place (``out=x``, as sglang's benchmark calls it), bf16, hidden 1024-8192 (and
   1536, 16384) x 1 to 8192 tokens.
+- fusedadd: ``fused_add_rmsnorm`` against sglang's, in place, over the rmsnorm grid.
 - rope: ``rotary_embedding`` against sglang's ``apply_rope_inplace``: bf16 q/k
   ``[tokens, heads, 128]``, (q, kv) heads (8, 1), (16, 2), (32, 8) and Qwen3-32B's (64, 8),
   neox and gpt-j, 1 to 32768 tokens, int64 positions drawn below 131072, an fp32 cos/sin cache
@@ -28,6 +29,8 @@ eps (1e-10, as here) from the kernel; its ``fused_inplace_qknorm`` is wrapped in
   and each library's rope then store as two calls in one graph: bf16 q/k/v ``[tokens, heads,
   128]``, (q, kv) heads (8, 1), (16, 2), (32, 8), neox and gpt-j, 1 to 32768 tokens, caches of
   2**20 rows written at distinct random rows (sglang's ``bench_rotary_embedding.py`` store grid).
+- store: ``store_cache`` against sglang's (``reserved_skip_index=-1``): bf16 K and V rows of
+  256, 1024 and 4096 bytes, 1 to 16384 tokens, caches of 2**20 rows at distinct random rows.
 - groupquant: ``per_token_group_quant_fp8`` against sglang's group quant (0.5.23
   ``per_token_group_quant``, 0.5.10 ``per_token_group_quant_8bit``; its scales allocated in the
   same layouts): bf16 x of 1 to 16384 tokens of hidden 1536, 7168 and 16384, group size 128,
@@ -95,7 +98,7 @@ GROUP_QUANT_EPS = 1e-10
 GROUP_QUANT_FLAGS = {"row-major": (False, False), "column-major": (True, False), "ue8m0": (True, True)}
 ACTS = ("silu", "gelu_tanh")
 COMPILE_TOKENS = {1, 64, 1024, 8192, 16384}
-SECTIONS = ("host", "rmsnorm", "rope", "qknorm", "ropestore", "groupquant", "act")
+SECTIONS = ("host", "rmsnorm", "fusedadd", "rope", "qknorm", "ropestore", "store", "groupquant", "act")
 _LIBRARIES: list = []
 
 
@@ -115,6 +118,8 @@ class Grids:
     group_quant_hiddens: tuple = (1536, 7168, 16384)
     act_ds: tuple = (12288, 14336, 25600, 28672)
     act_tokens: tuple = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+    store_row_bytes: tuple = (256, 1024, 4096)
+    store_tokens: tuple = tuple(4**n for n in range(8))
 
 
 FULL = Grids()
@@ -313,14 +318,17 @@ def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, Calla
         x = torch.randn(2, 2 * 14336, device=dev, dtype=bf16)
         getattr(sgl, op)(x, torch.empty(2, 14336, device=dev, dtype=bf16))
 
+    def fused(hidden: int) -> None:
+        x, r = (torch.randn(1, hidden, device=dev, dtype=bf16) for _ in range(2))
+        sgl.fused_add_rmsnorm(x, r, torch.ones(hidden, device=dev, dtype=bf16), EPS)
+
     hiddens = set(g.norm_hiddens if "rmsnorm" in parts else ()) | ({4096} if "host" in parts else set())
     for hidden in sorted(hiddens):
         add("rmsnorm", norm, hidden)
     if "host" in parts:
         add("rmsnorm_module", lambda: sgl.rmsnorm_module(4096, bf16))
-        add("fused_add_rmsnorm", lambda: sgl.fused_add_rmsnorm(torch.randn(1, 4096, device=dev, dtype=bf16),
-                                                               torch.randn(1, 4096, device=dev, dtype=bf16),
-                                                               torch.ones(4096, device=dev, dtype=bf16), EPS))
+    for hidden in sorted(set(g.norm_hiddens if "fusedadd" in parts else ()) | ({4096} if "host" in parts else set())):
+        add("fused_add_rmsnorm", fused, hidden)
     head_dims = set(g.qknorm_head_dims if "qknorm" in parts else ()) | ({128} if "host" in parts else set())
     for head_dim in sorted(head_dims):
         add("qk_norm", qknorm, head_dim)
@@ -329,6 +337,7 @@ def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, Calla
         add("rope", rope, is_neox, False)
         add("rope_store", rope, is_neox, True)
     widths = {hk * 128 for _, hk in g.rope_store_heads} if "ropestore" in parts else set()
+    widths |= {b // 2 for b in g.store_row_bytes} if "store" in parts else set()
     for width in sorted(widths | ({8 * 128} if "host" in parts else set())):
         add("store_cache", store, width)
     layouts = GROUP_QUANT_FLAGS.values() if "groupquant" in parts else [(False, False)] if "host" in parts else []
@@ -414,6 +423,48 @@ def bench_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
     return ["## rmsnorm, bf16, in place (us per call)", "",
             *common.markdown_table(["hidden", "tokens", "kernkit", "sglang", "torch.compile", "kernkit / sglang"],
                                    rows), ""]
+
+
+def bench_fused_add_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
+    """``fused_add_rmsnorm`` against sglang's, in place, over the rmsnorm grid (sglang's default
+    rounding, which is kernkit's)."""
+    rows, sg = [], peer(sgl, "fused_add_rmsnorm")
+    for hidden in g.norm_hiddens:
+        w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
+        for tokens in g.norm_tokens:
+            calls = common.calls_for(4 * tokens * hidden * 2, max_calls=400)
+            xs, rs = (torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            fns = {"kernkit": lambda c, xs=xs, rs=rs, w=w: ops.fused_add_rmsnorm(xs[c], rs[c], w, EPS)}
+            if sg is not None:
+                fns["sglang"] = lambda c, xs=xs, rs=rs, w=w: sg(xs[c], rs[c], w, EPS)
+            us = _times(fns, calls)
+            rows.append([hidden, tokens, us["kernkit"], us.get("sglang", float("nan")), _ratio(us)])
+            del xs, rs, fns
+    return ["## fused_add_rmsnorm, bf16, in place (us per call)", "",
+            *common.markdown_table(["hidden", "tokens", "kernkit", "sglang", "kernkit / sglang"], rows), ""]
+
+
+def bench_store_cache(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
+    """``store_cache`` against sglang's (every row written: ``reserved_skip_index=-1``): K and V
+    rows of each width into caches of ROPE_STORE_POOL rows at distinct random rows."""
+    rows, sg = [], peer(sgl, "store_cache")
+    for row_bytes in g.store_row_bytes:
+        width = row_bytes // 2
+        kc = torch.zeros(ROPE_STORE_POOL, width, device="cuda", dtype=torch.bfloat16)
+        vc = torch.zeros_like(kc)
+        for tokens in g.store_tokens:
+            calls = common.calls_for(4 * tokens * row_bytes, max_calls=400)
+            ks, vs = (torch.randn(calls, tokens, width, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            ls = torch.stack([torch.randperm(ROPE_STORE_POOL, device="cuda")[:tokens] for _ in range(calls)])
+            fns = {"kernkit": lambda c, ks=ks, vs=vs, ls=ls, kc=kc, vc=vc: ops.store_cache(kc, vc, ls[c], ks[c], vs[c])}
+            if sg is not None:
+                fns["sglang"] = lambda c, ks=ks, vs=vs, ls=ls, kc=kc, vc=vc: sg(ks[c], vs[c], kc, vc, ls[c])
+            us = _times(fns, calls)
+            rows.append([row_bytes, tokens, us["kernkit"], us.get("sglang", float("nan")), _ratio(us)])
+            del ks, vs, ls, fns
+        del kc, vc
+    return [f"## store_cache, bf16 K and V rows, caches of {ROPE_STORE_POOL} rows, int64 rows (us per call)", "",
+            *common.markdown_table(["row bytes", "tokens", "kernkit", "sglang", "kernkit / sglang"], rows), ""]
 
 
 def torch_qknorm(q: torch.Tensor, k: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor) -> None:
@@ -755,7 +806,8 @@ def bench_host(sgl: Sglang | None) -> list[str]:
 
 def shape_counts(g: Grids) -> dict[str, int]:
     """Shapes per grid section (each timed once per method)."""
-    return {"rmsnorm": len(g.norm_hiddens) * len(g.norm_tokens),
+    return {"rmsnorm": len(g.norm_hiddens) * len(g.norm_tokens), "fusedadd": len(g.norm_hiddens) * len(g.norm_tokens),
+            "store": len(g.store_row_bytes) * len(g.store_tokens),
             "rope": len(g.rope_heads) * 2 * len(g.rope_tokens),
             "qknorm": len(g.qknorm_head_dims) * len(g.qknorm_gqa) * len(g.qknorm_kv_heads) * len(g.qknorm_tokens),
             "ropestore": len(g.rope_store_heads) * 2 * len(g.rope_tokens),
@@ -810,9 +862,9 @@ def main() -> None:
               *(f"- {note}" for note in (sgl.notes if sgl is not None else [])),
               f"- grids: {'quick' if args.quick else 'full'}", ""]
     print("\n".join(lines), flush=True)
-    benches = {"host": lambda: bench_host(sgl), "rmsnorm": bench_rmsnorm, "rope": bench_rotary_embedding,
-               "qknorm": bench_qknorm, "ropestore": bench_rope_store, "groupquant": bench_group_quant,
-               "act": bench_act}
+    benches = {"host": lambda: bench_host(sgl), "rmsnorm": bench_rmsnorm, "fusedadd": bench_fused_add_rmsnorm,
+               "rope": bench_rotary_embedding, "qknorm": bench_qknorm, "ropestore": bench_rope_store,
+               "store": bench_store_cache, "groupquant": bench_group_quant, "act": bench_act}
     took = []
     for part in (s for s in SECTIONS if s in parts):
         t1 = time.perf_counter()

@@ -98,6 +98,10 @@ def test_every_on_off_variable_takes_the_same_spellings(monkeypatch):
         assert config.emu_sanitizers() == (("address", "undefined") if on and value else ()), value
     monkeypatch.setenv("KERNKIT_EMU_SANITIZE", "undefined,address")  # a list of sanitizers is not a spelling
     assert config.emu_sanitizers() == ("address", "undefined")
+    for value in ("address -o /tmp/x", "address;id", ",", "$(id)"):  # never more than a sanitizer's name
+        monkeypatch.setenv("KERNKIT_EMU_SANITIZE", value)
+        with pytest.raises(config.ConfigError, match="^KERNKIT_EMU_SANITIZE must be on/off .* got "):
+            config.emu_sanitizers()
     for var, reader in [("KERNKIT_FREEZE", config.frozen), ("KERNKIT_EMU_CHECK", config.emu_check)]:
         monkeypatch.setenv(var, "disabled")  # the variables of named values refuse the same way
         with pytest.raises(config.ConfigError, match=rf"^{var} must be one of .*\(or unset\), got 'disabled'$"):

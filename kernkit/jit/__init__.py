@@ -19,7 +19,7 @@ from .arch import ArchError, CudaArch, is_arch_support_pdl, target_arch
 from .args import CppArgs, make_cpp_args
 from .backends.base import CompileError, ToolchainError
 from .cache import CacheDirError
-from .config import freeze, frozen
+from .config import ConfigError, freeze, frozen
 from .memo import cache_once
 from .paths import INCLUDE_DIR, KERNELS_DIR
 from .spec import CaptureCompileError, FrozenCompileError, JitDisabledError, JitSpec, load_jit
@@ -31,6 +31,7 @@ __all__ = [
     "CacheDirError",
     "CaptureCompileError",
     "CompileError",
+    "ConfigError",
     "CppArgs",
     "CudaArch",
     "FrozenCompileError",

@@ -4,6 +4,7 @@ launchers may set them at run time)."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -148,13 +149,20 @@ def jit_enabled() -> bool:
 def emu_sanitizers() -> tuple[str, ...]:
     """Sanitizers for CPU-emulation builds (``KERNKIT_EMU_SANITIZE``): on (``TRUE_WORDS``) means
     address and undefined; off (``FALSE_WORDS``), empty or unset means none; anything else is a
-    comma list of names for ``-fsanitize=``."""
+    comma list of names for ``-fsanitize=`` (``address,undefined``, ``thread``); a name that is
+    not a word of letters, digits and dashes raises ``ConfigError``: the value never reaches a
+    command line as anything but one sanitizer's name."""
     value = os.environ.get(EMU_SANITIZE_VAR, "").strip().lower()
     if value in ("", *FALSE_WORDS):
         return ()
     if value in TRUE_WORDS:
         return ("address", "undefined")
-    return tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
+    names = tuple(sorted(s.strip() for s in value.split(",") if s.strip()))
+    bad = [n for n in names if not re.fullmatch(r"[a-z][a-z0-9-]*", n)]
+    if bad or not names:
+        raise ConfigError(f"{EMU_SANITIZE_VAR} must be on/off ({', '.join(_ON_OFF)}) or a comma list of sanitizer "
+                          f"names such as address,undefined; got {value!r}")
+    return names
 
 
 #: The values of ``KERNKIT_EMU_CHECK``; unset or empty is ``auto``.

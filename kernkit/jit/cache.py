@@ -454,7 +454,11 @@ def discard(path: Path) -> bool:
         return not os.path.lexists(path)
     finally:
         _release_staging(path)
-    shutil.rmtree(trash, ignore_errors=True)
+    for attempt in range(3):  # a detached maker may still create a file in it as it goes
+        shutil.rmtree(trash, ignore_errors=True)
+        if not os.path.lexists(trash):
+            break
+        time.sleep(0.05 * (attempt + 1))
     return True
 
 

@@ -48,7 +48,7 @@ import tarfile
 import time
 import zlib
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import tvm_ffi
 
@@ -256,7 +256,7 @@ def _export(archive: Path, manifest_file: str | None = None) -> tuple[int, str]:
         for spec in replay.specs(manifest_file):
             lib = spec.cached()
             record = read_build(lib.parent) if lib is not None else None
-            if record is None:
+            if lib is None or record is None:
                 caches = ", ".join(map(str, [*shared_roots(), cache_root()]))
                 raise ArchiveError(f"{spec.label} (from {manifest_file}) is not built in {caches}: run "
                                    f"`python -m kernkit.jit warmup --manifest {manifest_file}` first")
@@ -375,7 +375,7 @@ def _table(tar: tarfile.TarFile, info: tarfile.TarInfo, sha256: str) -> bytes:
     """The bytes of the table member ``info`` if they hash to the index's ``sha256`` and hold a
     whole table of the op its folder names (``tuning.check_table``: of that op's declared
     tunable, or, for an op not declared here, its structure); else ``ValueError`` saying why."""
-    data = tar.extractfile(info).read()
+    data = _member_data(tar, info).read()
     if hashlib.sha256(data).hexdigest() != sha256:
         raise ValueError("it does not match its sha256 in the index (altered)")
     op = info.name.split("/")[1]
@@ -430,7 +430,7 @@ def _read_archive(archive: Path, expect_sha256: str | None
             if m.name in files:
                 raise refuse(f"its member {m.name!r} appears twice")
             files[m.name] = m
-        index = tar.extractfile(files["index.json"]).read() if "index.json" in files else None
+        index = _member_data(tar, files["index.json"]).read() if "index.json" in files else None
     except (EOFError, OSError, zlib.error, tarfile.TarError) as e:
         raise refuse(f"not a readable tar file, or truncated ({type(e).__name__}: {e})") from None
     except _HeaderTooBig as e:
@@ -498,7 +498,8 @@ class _Header(tarfile.TarInfo):
         if self.type in _EXTENDED and self.size > _MAX_HEADER_BYTES:
             raise _HeaderTooBig(f"a header of its claims {self.size} bytes, more than the "
                                 f"{human_size(_MAX_HEADER_BYTES)} one can be")
-        return super()._proc_member(tarfile)
+        # A private method of TarInfo, which typeshed does not declare.
+        return super()._proc_member(tarfile)  # type: ignore[misc]
 
 
 def _member_problem(m: tarfile.TarInfo) -> str | None:
@@ -517,12 +518,22 @@ def _member_problem(m: tarfile.TarInfo) -> str | None:
     return None
 
 
+def _member_data(tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes]:
+    """The data of the member ``info``, to read; ``tarfile.ExtractError`` for a member that has
+    none (``extractfile`` gives None for one that is not a regular file or a link, which
+    ``_member_problem`` refuses as it lists the members)."""
+    data = tar.extractfile(info)
+    if data is None:
+        raise tarfile.ExtractError(f"its member {info.name!r} is not a regular file")
+    return data
+
+
 def _record(tar: tarfile.TarFile, files: dict[str, tarfile.TarInfo], member: str) -> dict:
     """The record (``meta.json``) of the build at ``member``: JSON within the limits of
     ``untrusted.parse_json`` (its size is bounded by ``_member_problem``) and of the types
     ``check_record`` asks; else ``ValueError`` saying why."""
     try:
-        value = parse_json(tar.extractfile(files[f"{member}/meta.json"]).read())
+        value = parse_json(_member_data(tar, files[f"{member}/meta.json"]).read())
     except ValueError as e:
         raise ValueError(f"its meta.json cannot be read ({e})") from None
     return check_record(value)
@@ -541,7 +552,7 @@ def _claim(tar: tarfile.TarFile, files: dict[str, tarfile.TarInfo], member: str)
 def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, target: Path, claim: int) -> None:
     """Write the member ``info`` to ``target``, stopping with ``ValueError`` before it writes a
     byte beyond the ``claim`` its record makes, whatever the archive says it holds."""
-    with tar.extractfile(info) as src, open(target, "wb") as dst:
+    with _member_data(tar, info) as src, open(target, "wb") as dst:
         left = claim
         while block := src.read(min(left + 1, 1 << 20)):
             if len(block) > left:

@@ -170,7 +170,7 @@ def render(arch: str | None = None, deps: Sequence[str] = (), clangd_version: tu
     The YAML. Raises ``ClangdConfigError`` for a dependency that is not installed.
     """
     target, home = gpu_arch(arch), find_cuda_home()
-    system = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
+    system: list[str | Path] = [tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path()]
     system += [d for d in (home / "include", home / "include" / "cccl") if d.is_dir()] if home else []
     system += [d for dep in deps for d in dependency_includes(dep)]
     add = ["-xcuda", f"--cuda-gpu-arch={target}", *([f"--cuda-path={home}"] if home else []),

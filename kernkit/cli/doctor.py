@@ -20,7 +20,7 @@ import torch
 import tvm_ffi
 
 from .._version import __version__
-from ..jit import ArchError, ToolchainError, frozen, target_arch
+from ..jit import ArchError, CudaArch, ToolchainError, frozen, target_arch
 from ..jit.backends import default_backend
 from ..jit.backends.base import find_cuda_home, find_cxx
 from ..jit.backends.base import version as compiler_version
@@ -103,8 +103,10 @@ def report() -> list[tuple[str, str, bool]]:
     ``(label, value, is_problem)`` triples.
     """
     gpu = f"GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no GPU visible"
+    arch: CudaArch | None
+    arch_line: tuple[str, bool]  # why there is no arch, or below the arch there is
     try:
-        arch, arch_line = target_arch(), None
+        arch = target_arch()
     except ArchError as e:
         arch = None
         # No GPU and no KERNKIT_CUDA_ARCH: this machine runs CPU tensors, on the emulator. Only a

@@ -26,10 +26,12 @@ def _check_request(req: object, extra_flags: bool = True) -> dict:
     ``extra_flags=False`` a request that carries flags (``FLAG_FIELDS``) is refused too."""
     if not isinstance(req, dict):
         raise ValueError(f"a request is a JSON object, got {type(req).__name__}")
-    fields = {"marker": req.get("marker"), **{k: req.get(k) for k in _LISTS}}
-    for field, value in fields.items():
+    fields: dict[str, list[str]] = {}  # each field's strings, for the control-character check
+    for field in ("marker", *_LISTS):
+        value = req.get(field)
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ValueError(f"{field!r} must be a list of strings, got {value!r}")
+        fields[field] = value
     if not fields["marker"]:
         raise ValueError("'marker' must name the kernel, got []")
     for field in ("cuda_wrappers", "cpp_wrappers"):
@@ -62,7 +64,7 @@ def _title(req: object) -> str:
     return f" ({title!r})" if control(title) else f" ({title})"
 
 
-def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool = True) -> list:
+def specs(path: str | os.PathLike, archs: Sequence[str] = (), extra_flags: bool = True) -> list[JitSpec]:
     """The ``JitSpec`` of each request of a manifest; a CUDA request (nvcc, nvrtc) once per
     architecture of ``archs`` when given, else for the one it was recorded with. Every request
     is checked (``_check_request``) before any spec is made, so a manifest is refused whole.

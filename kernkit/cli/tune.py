@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         if name not in names:
             raise WarmupError(f"{name!r} is not a tunable op; tunable: {', '.join(sorted(names))}")
     device_id = identity(device == "cuda")
+    assert device_id is not None, "identity is None only for CUDA with no GPU visible, refused above"
     status = 0
     for tunable in tunables:
         if args.ops and tunable.name not in args.ops:

@@ -255,6 +255,8 @@ def run(args: argparse.Namespace) -> int:
             importlib.import_module(module)
         except ImportError as e:
             raise WarmupError(f"--import {module}: {e}") from e
+    specs: list[JitSpec]
+    skipped: list[str]
     if args.manifest:
         if args.ops or args.dtype or args.shape or args.backend:
             raise WarmupError("--manifest names the builds itself: give no OP, --dtype, --set or --backend with it")

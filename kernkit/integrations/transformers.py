@@ -45,6 +45,7 @@ import inspect
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,7 @@ from torch import nn
 from tqdm import tqdm
 
 import kernkit.ops as ops
+from kernkit.jit import JitSpec
 
 try:
     import transformers
@@ -160,6 +162,8 @@ class _RotaryCache(nn.Module):
     """Stands in for the model's rotary module: it hands every layer the cos/sin cache and the
     tokens' positions, flattened (as ``position_embeddings``), instead of cos and sin."""
 
+    cos_sin_cache: torch.Tensor  # a buffer, registered in __init__
+
     def __init__(self, cos_sin_cache: torch.Tensor, replaced: nn.Module):
         super().__init__()
         self.register_buffer("cos_sin_cache", cos_sin_cache, persistent=False)
@@ -206,7 +210,7 @@ def _check_model(model: nn.Module, prefix: str) -> tuple[torch.dtype, torch.devi
         raise PatchError(f"apply_kernkit: the parameters are on {', '.join(sorted(map(str, devices)))}; kernkit "
                          f"needs them on one CUDA device (or the CPU, through its emulator): call "
                          f"model.to(device) first")
-    config = model.config
+    config: Any = model.config  # a transformers config: its fields are its family's
     if getattr(config, "hidden_act", "silu") != "silu":
         raise PatchError(f"apply_kernkit: hidden_act {config.hidden_act!r} is not supported; kernkit's MLP "
                          f"runs silu_and_mul (hidden_act 'silu')")
@@ -238,7 +242,7 @@ def _modules(model: nn.Module, prefix: str, modeling: types.ModuleType) -> dict[
     return found
 
 
-def _specs(config, dtype: torch.dtype, device: torch.device, head_dim: int, qk_norm: bool) -> list:
+def _specs(config, dtype: torch.dtype, device: torch.device, head_dim: int, qk_norm: bool) -> list[JitSpec]:
     """The builds the patched model runs, each op's own ``specializations``; an op that refuses
     the model's shape raises a PatchError that names the config field."""
     backend = "emu" if device.type == "cpu" else None
@@ -248,11 +252,13 @@ def _specs(config, dtype: torch.dtype, device: torch.device, head_dim: int, qk_n
     if qk_norm:
         wanted.append(("qk_norm", dict(head_dim=head_dim), "head_dim"))
     by_name = {op.qualname: op for op in ops.registered_ops()}
-    specs = []
+    specs: list[JitSpec] = []
     for name, shape, field in wanted:
+        specializations = by_name[f"kernkit::{name}"].specializations
+        if specializations is None:
+            raise PatchError(f"apply_kernkit: kernkit.ops.{name} declares no specializations to build")
         try:
-            specs += by_name[f"kernkit::{name}"].specializations(dtypes=[dtype], backend=backend,
-                                                                  cast_x_before_out_mul=True, **shape)
+            specs += specializations(dtypes=[dtype], backend=backend, cast_x_before_out_mul=True, **shape)
         except (TypeError, ValueError) as e:
             value = getattr(config, field, shape.get(field))
             raise PatchError(f"apply_kernkit: kernkit.ops.{name} refuses this model's {field}={value} in "
@@ -360,7 +366,7 @@ def apply_kernkit(model: nn.Module, *, max_positions: int | None = None, progres
     prefix, modeling = _family(model)
     dtype, device = _check_model(model, prefix)
     found = _modules(model, prefix, modeling)
-    config = model.config
+    config: Any = model.config  # a transformers config: its fields are its family's
     attentions = [m for _, _, m in found["Attention"]]
     head_dim = attentions[0].head_dim
     qk_norm = hasattr(attentions[0], "q_norm")
@@ -395,8 +401,10 @@ def apply_kernkit(model: nn.Module, *, max_positions: int | None = None, progres
     setattr(rotary_parent, rotary_name, _RotaryCache(cache, rotary))
     for kind in _FORWARDS:
         for _, _, module in found[kind]:
-            module.__class__ = _subclass(type(module))
-    model.kernkit_patched = True
+            # mypy takes a type[Any] for unhashable (python/mypy#11470); a class is hashable.
+            module.__class__ = _subclass(type(module))  # type: ignore[arg-type]
+    # torch types Module.__setattr__'s value as a tensor or module; it takes any.
+    model.kernkit_patched = True  # type: ignore[assignment]
     return model
 
 
@@ -419,7 +427,7 @@ def _apply_to(model_type: str, model: nn.Module | None, options: dict) -> nn.Mod
             loaded = _original(cls, *args, **kwargs)
             return apply_kernkit(loaded.eval().requires_grad_(False), **options)
 
-        make.kernkit_wraps = original
+        make.__dict__["kernkit_wraps"] = original  # a function's own attributes are not typed
         setattr(base, name, classmethod(functools.wraps(original)(make)))
     return None
 

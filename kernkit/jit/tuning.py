@@ -40,6 +40,7 @@ from .._version import __version__
 from .cache import LAYOUT, root
 from .config import flag, shared_dirs
 from .paths import PACKAGE_ROOT
+from .spec import JitSpec
 from .untrusted import control, read_json
 
 logger = logging.getLogger("kernkit.jit")
@@ -73,7 +74,7 @@ class Bench:
     outputs are compared with the default's: bit for bit, or by ``Tunable.close``)."""
 
     key: Mapping[str, Scalar]
-    spec: Callable[[Mapping[str, Scalar]], object]
+    spec: Callable[[Mapping[str, Scalar]], JitSpec]
     calls: Callable[[object], Sequence[Callable[[], object]]]
     outputs: Callable[[object], Sequence[torch.Tensor]]
 

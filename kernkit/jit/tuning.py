@@ -157,6 +157,30 @@ class Tunable:
         return {**self.defaults, **picked}
 
 
+    def size_masks(self, is_cuda: bool, size: str, **key: object) -> dict[str, int]:
+        """For an op that folds its per-size choices of boolean arguments into one build: for
+        each argument, the mask whose bit ``b`` (1 to 62) is set when the tables pick ``True``
+        for the size bucket of calls of bit length ``b`` (``size_bucket``), the rest of the key
+        being ``key``; ``size`` is the key name of the bucket. A launcher picks a call's variant
+        from it by the call's size, so the per-call Python path does nothing more."""
+        masks = dict.fromkeys(self.candidates, 0)
+        for bits in range(1, 63):
+            args = self.choose(is_cuda, **key, **{size: size_bucket(1 << (bits - 1))})
+            for arg in masks:
+                masks[arg] |= int(bool(args[arg])) << bits
+        return masks
+
+
+#: Every size bucket (bits 1 to 62 of a size mask): one candidate at every size, as ``tune`` times it.
+EVERY_SIZE = (1 << 63) - 2
+
+
+def size_bucket(n: int) -> int:
+    """The size key of a call of ``n`` elements or tokens: the power of two at or below ``n``
+    (0 for none), whose bit is that of ``n``'s bit length in a size mask."""
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
 def declared() -> list[Tunable]:
     """Every ``Tunable`` declared in this process (its op's module is imported), in order."""
     return list(_declared.values())

@@ -9,13 +9,10 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..jit import JitSpec, is_arch_support_pdl, make_cpp_args
-from ..jit.tuning import Bench, Scalar, Tunable
+from ..jit.tuning import EVERY_SIZE, Bench, Scalar, Tunable, size_bucket
 
 #: The dtypes of q and k the rope kernels are specialized for.
 ROPE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-#: Every token count (bits 1 to 62 of a grid mask): the fewer-blocks grid as ``tune`` times it.
-EVERY_SIZE = (1 << 63) - 2
 
 
 def check_rope(dtype: torch.dtype, rot_dim: int, is_neox: bool) -> None:
@@ -82,12 +79,6 @@ SERVING_LAYOUTS = (("bfloat16", 32, 8, 128, 128, True), ("float16", 32, 8, 128, 
 _BENCH_POSITIONS = 8192
 
 
-def _tokens(bits: int) -> int:
-    """The tuning key of a call of ``n`` tokens, from ``n.bit_length()`` (the bit of the grid
-    mask): the power of two at or below ``n``, 0 for none."""
-    return 1 << (bits - 1) if bits else 0
-
-
 def _bench(op: str, shape: Mapping, device: str) -> Bench:
     """``tune``'s inputs for one shape ``{dtype, q_heads, k_heads, head_dim, rot_dim, is_neox,
     tokens}`` of ``op`` on ``device``: copies of q, k (and v and the caches) that together exceed
@@ -141,7 +132,7 @@ def _bench(op: str, shape: Mapping, device: str) -> Bench:
         return [t[1], t[2], *(t[4:6] if store else [])]  # q, k (the caches)
 
     return Bench(key={"dtype": str(dtype).removeprefix("torch."), "rot_dim": rot_dim, "is_neox": is_neox,
-                      "tokens": _tokens(n.bit_length())},
+                      "tokens": size_bucket(n)},
                  spec=lambda args: rope_spec(op, dtype, rot_dim, is_neox, backend,
                                              EVERY_SIZE * bool(args["fewer_blocks"])),
                  calls=calls, outputs=outputs)
@@ -162,12 +153,7 @@ TUNED = {op: _tunable(op) for op in ("rotary_embedding", "rotary_embedding_store
 
 
 def fewer_blocks_mask(op: str, is_cuda: bool, dtype: torch.dtype, rot_dim: int, is_neox: bool) -> int:
-    """The grid mask the tuning tables give ``op`` for ``dtype``, ``rot_dim`` and ``is_neox``:
-    bit ``b`` set launches calls of ``2**(b - 1)`` to ``2**b - 1`` tokens with fewer CTAs. The
-    launcher picks a call's grid by its tokens, so the per-call path does nothing more."""
-    tunable = TUNED[op]
-    mask = 0
-    for bits in range(1, 63):
-        args = tunable.choose(is_cuda, dtype=dtype, rot_dim=rot_dim, is_neox=is_neox, tokens=_tokens(bits))
-        mask |= int(bool(args["fewer_blocks"])) << bits
-    return mask
+    """The grid mask the tuning tables give ``op`` for ``dtype``, ``rot_dim`` and ``is_neox``
+    (``Tunable.size_masks``): bit ``b`` set launches calls of ``2**(b - 1)`` to ``2**b - 1``
+    tokens with fewer CTAs."""
+    return TUNED[op].size_masks(is_cuda, "tokens", dtype=dtype, rot_dim=rot_dim, is_neox=is_neox)["fewer_blocks"]

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
-from ..jit.tuning import Bench, Tunable
+from ..jit.tuning import EVERY_SIZE, Bench, Tunable, size_bucket
 from ._flags import as_flag, check_cast_flag
 from .registry import register_op
 
@@ -73,12 +73,6 @@ SERVING_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 SERVING_HIDDEN = (128, 512, 1024, 2048, 4096, 5120, 8192)
 
 
-def _elements(bits: int) -> int:
-    """The tuning key of a call of ``n`` elements, from ``n.bit_length()`` (the bit of the
-    schedule masks): the power of two at or below ``n``, 0 for none."""
-    return 1 << (bits - 1) if bits else 0
-
-
 def _bench(op: str, shape: Mapping, device: str) -> Bench:
     """``tune``'s inputs for one shape ``{dtype, hidden, rows}`` of ``op`` on ``device``."""
     dtype, hidden, rows = getattr(torch, str(shape["dtype"])), int(shape["hidden"]), int(shape["rows"])
@@ -106,12 +100,8 @@ def _bench(op: str, shape: Mapping, device: str) -> Bench:
         return [x, r]
 
     return Bench(key={"dtype": str(dtype).removeprefix("torch."), "hidden": hidden,
-                      "elements": _elements((rows * hidden).bit_length())},
+                      "elements": size_bucket(rows * hidden)},
                  spec=lambda args: _schedule_spec(dtype, hidden, backend, op, args), calls=calls, outputs=outputs)
-
-
-#: Every size (bits 1 to 62 of a schedule mask): a candidate as ``tune`` times it.
-EVERY_SIZE = (1 << 63) - 2
 
 
 def _schedule_spec(dtype: torch.dtype, hidden: int, backend: str | None, op: str, args: Mapping) -> JitSpec:
@@ -121,17 +111,10 @@ def _schedule_spec(dtype: torch.dtype, hidden: int, backend: str | None, op: str
 
 
 def _schedules(is_cuda: bool, dtype: torch.dtype, hidden: int) -> dict[str, tuple[int, int]]:
-    """The schedule masks the tuning tables give both ops for ``dtype`` and ``hidden``: the
-    launcher picks a call's variant by its size, so the per-call path does nothing more."""
-    masks = {}
-    for op, tunable in TUNED.items():
-        weight = trigger = 0
-        for bits in range(1, 63):
-            args = tunable.choose(is_cuda, dtype=dtype, hidden=hidden, elements=_elements(bits))
-            weight |= int(bool(args["late_weight"])) << bits
-            trigger |= int(bool(args["late_trigger"])) << bits
-        masks[op] = (weight, trigger)
-    return masks
+    """The schedule masks the tuning tables give both ops for ``dtype`` and ``hidden``
+    (``Tunable.size_masks``): the launcher picks a call's variant by its size."""
+    masks = {op: t.size_masks(is_cuda, "elements", dtype=dtype, hidden=hidden) for op, t in TUNED.items()}
+    return {op: (m["late_weight"], m["late_trigger"]) for op, m in masks.items()}
 
 
 def _tunable(op: str) -> Tunable:

@@ -159,6 +159,9 @@ class Sglang:
     #: (x, out) -> out.
     gelu_tanh_and_mul: Callable | None = None
     notes: list = dataclasses.field(default_factory=list)
+    #: op -> the hidden sizes its norm refused (sglang's fused_add_rmsnorm stops below 16384):
+    #: the op stays in for the others.
+    refused: dict = dataclasses.field(default_factory=dict)
 
 
 def load_sglang() -> Sglang | None:
@@ -270,20 +273,23 @@ def _stand_ins() -> None:
     module("sglang.kernel_api_logging", debug_kernel_api=debug_kernel_api)
 
 
-def peer(sgl: Sglang | None, op: str) -> Callable | None:
-    """sglang's call for ``op``, or None (no sglang, no such op in it, or its build failed)."""
-    return getattr(sgl, op) if sgl is not None else None
+def peer(sgl: Sglang | None, op: str, hidden: int | None = None) -> Callable | None:
+    """sglang's call for ``op`` (at ``hidden``, for the norms), or None (no sglang, no such op in
+    it, or its build failed)."""
+    if sgl is None or hidden in sgl.refused.get(op, ()):
+        return None
+    return getattr(sgl, op)
 
 
-def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, Callable[[], object]]]:
-    """(op, small call) pairs that load every sglang JIT module the chosen sections use: one per
+def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, tuple, Callable[[], object]]]:
+    """(op, its arguments, small call) triples that load every sglang JIT module the chosen sections use: one per
     module key (dtype, hidden size, head dim, rope style, row bytes, scale layout)."""
     bf16, dev = torch.bfloat16, "cuda"
-    calls: list[tuple[str, Callable[[], object]]] = []
+    calls: list[tuple[str, tuple, Callable[[], object]]] = []
 
     def add(op: str, fn: Callable[..., object], *args) -> None:
         if getattr(sgl, op) is not None:
-            calls.append((op, functools.partial(fn, *args)))
+            calls.append((op, args, functools.partial(fn, *args)))
 
     def norm(hidden: int) -> None:
         x = torch.randn(1, hidden, device=dev, dtype=bf16)
@@ -351,7 +357,8 @@ def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, Calla
 
 def build_sglang(sgl: Sglang, parts: list[str], g: Grids) -> float:
     """Run ``warm_calls`` (in parallel for ``sglang.kernels``, whose builds lock per module; one
-    at a time for 0.5.10); an op whose call fails is set to None and noted. Returns the seconds."""
+    at a time for 0.5.10); an op whose call fails is set to None and noted, except a norm's
+    failure at one hidden size, which leaves that size out (``refused``). Returns the seconds."""
     calls = warm_calls(sgl, parts, g)
     workers = min(len(calls), os.cpu_count() or 1) if sgl.package == "sglang.kernels" else 1
     t0 = time.perf_counter()
@@ -365,15 +372,21 @@ def build_sglang(sgl: Sglang, parts: list[str], g: Grids) -> float:
 
     if workers > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            errors = list(pool.map(attempt, [fn for _, fn in calls]))
+            errors = list(pool.map(attempt, [fn for *_, fn in calls]))
     else:
-        errors = [attempt(fn) for _, fn in calls]
+        errors = [attempt(fn) for *_, fn in calls]
     torch.cuda.synchronize()
-    for (op, _), error in zip(calls, errors, strict=True):
-        if error is not None and getattr(sgl, op) is not None:
+    for (op, args, _), error in zip(calls, errors, strict=True):
+        if error is None or getattr(sgl, op) is None:
+            continue
+        why = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+        if op in ("rmsnorm", "fused_add_rmsnorm"):
+            sgl.refused.setdefault(op, set()).add(args[0])
+            sgl.notes.append(f"sglang's {op} left out at hidden {args[0]}: {why}")
+        else:
             setattr(sgl, op, None)
-            sgl.notes.append(f"sglang's {op} left out: {type(error).__name__}: {str(error).splitlines()[0][:300]}")
-            print(sgl.notes[-1], file=sys.stderr)
+            sgl.notes.append(f"sglang's {op} left out: {why}")
+        print(sgl.notes[-1], file=sys.stderr)
     return time.perf_counter() - t0
 
 
@@ -405,15 +418,15 @@ def _ratio(us: dict) -> float:
 
 def bench_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
     rows, compiled = [], torch.compile(torch_rmsnorm, dynamic=False) if compile_ else None
-    sg = peer(sgl, "rmsnorm")
     for hidden in g.norm_hiddens:
+        sg = peer(sgl, "rmsnorm", hidden)
         w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
         for tokens in g.norm_tokens:
             calls = common.calls_for(2 * tokens * hidden * 2, max_calls=400)
             xs = torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16)
             fns = {"kernkit": lambda c, xs=xs, w=w: ops.rmsnorm(xs[c], w, EPS, out=xs[c])}
             if sg is not None:
-                fns["sglang"] = lambda c, xs=xs, w=w: sg(xs[c], w, xs[c], EPS)
+                fns["sglang"] = lambda c, xs=xs, w=w, sg=sg: sg(xs[c], w, xs[c], EPS)
             if compiled is not None and tokens in COMPILE_TOKENS and hidden in (4096, 5120):
                 fns["torch.compile"] = lambda c, xs=xs, w=w: compiled(xs[c], w)
             us = _times(fns, calls)
@@ -428,15 +441,16 @@ def bench_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
 def bench_fused_add_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
     """``fused_add_rmsnorm`` against sglang's, in place, over the rmsnorm grid (sglang's default
     rounding, which is kernkit's)."""
-    rows, sg = [], peer(sgl, "fused_add_rmsnorm")
+    rows = []
     for hidden in g.norm_hiddens:
+        sg = peer(sgl, "fused_add_rmsnorm", hidden)
         w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
         for tokens in g.norm_tokens:
             calls = common.calls_for(4 * tokens * hidden * 2, max_calls=400)
             xs, rs = (torch.randn(calls, tokens, hidden, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             fns = {"kernkit": lambda c, xs=xs, rs=rs, w=w: ops.fused_add_rmsnorm(xs[c], rs[c], w, EPS)}
             if sg is not None:
-                fns["sglang"] = lambda c, xs=xs, rs=rs, w=w: sg(xs[c], rs[c], w, EPS)
+                fns["sglang"] = lambda c, xs=xs, rs=rs, w=w, sg=sg: sg(xs[c], rs[c], w, EPS)
             us = _times(fns, calls)
             rows.append([hidden, tokens, us["kernkit"], us.get("sglang", float("nan")), _ratio(us)])
             del xs, rs, fns

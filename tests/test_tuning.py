@@ -38,9 +38,11 @@ HIDDEN = 256
 
 
 @pytest.fixture
-def tables(empty_cache, monkeypatch):
-    """A cache whose rmsnorm tables the test writes; the module and table memos start empty, and
-    the schedule masks of each build the norm factory asks for are recorded."""
+def tables(empty_cache, monkeypatch, tmp_path):
+    """A cache whose rmsnorm tables the test writes (the package's are not read); the module and
+    table memos start empty, and the schedule masks of each build the norm factory asks for are
+    recorded."""
+    monkeypatch.setattr(tuning, "SHIPPED_DIR", tmp_path / "shipped")
     asked = []
     real = rmsnorm_module.rmsnorm_spec
 
@@ -310,9 +312,11 @@ def test_an_index_naming_a_table_outside_the_tables_folder_is_refused_whole(ship
 
 
 @pytest.fixture
-def rope_tables(fresh_cache, monkeypatch):
-    """A cache whose rope tables the test writes; the rope modules and the table memos start
-    empty, and the grid mask of each build a rope factory asks for is recorded, by op."""
+def rope_tables(fresh_cache, monkeypatch, tmp_path):
+    """A cache whose rope tables the test writes (the package's are not read); the rope modules
+    and the table memos start empty, and the grid mask of each build a rope factory asks for is
+    recorded, by op."""
+    monkeypatch.setattr(tuning, "SHIPPED_DIR", tmp_path / "shipped")
     asked: dict[str, list[int]] = {op: [] for op in ROPE_OPS}
     for op, module in rope_modules.items():
         real = getattr(module, f"{op}_spec")
@@ -393,3 +397,16 @@ def test_the_rope_serving_grid_has_one_layout_per_key_and_benches_on_the_emulato
     bench = _rope.TUNED[op].bench({**grid[0], "tokens": 3}, "cpu")
     assert bench.key == {"dtype": "bfloat16", "rot_dim": 128, "is_neox": True, "tokens": 2}
     assert len(bench.calls(None)) == 200
+
+
+def test_every_shipped_table_is_a_whole_table_of_its_op_and_this_version():
+    """What ``kernkit/tuning/`` ships is read like any other table: a table that fails its op's
+    check, names another version or sits under another name is refused or never found."""
+    shipped = sorted(tuning.SHIPPED_DIR.glob("*/*.json"))
+    assert shipped
+    declared = {t.name: t for t in tuning.declared()}
+    for path in shipped:
+        table = tuning.check_table(json.loads(path.read_text()), declared[path.parent.name])
+        assert (table["op"], table["kernkit"]) == (path.parent.name, __version__)
+        assert tune_cli.table_path(declared[table["op"]], (table["device"], table["capability"])).name == path.name
+        assert all(e["tuned_us"] <= e["default_us"] for e in table["entries"])

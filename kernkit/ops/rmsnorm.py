@@ -69,8 +69,9 @@ SCHEDULES = {"late_weight": (False, True), "late_trigger": (False, True)}
 #: Rows ``tune --grid serving`` measures, for each hidden size and dtype of ``SERVING_HIDDEN``.
 SERVING_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-#: Hidden sizes of the serving grid: Llama's and Qwen's widths, and heads of 128.
-SERVING_HIDDEN = (128, 512, 1024, 2048, 4096, 5120, 8192)
+#: Hidden sizes of the serving grid: heads of 128, and the widths of Llama 3 (2048 to 16384),
+#: Qwen2.5 and Qwen3 (1024 to 5120), Mixtral-8x22B (6144) and DeepSeek-V3 (7168).
+SERVING_HIDDEN = (128, 512, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 16384)
 
 
 def _bench(op: str, shape: Mapping, device: str) -> Bench:

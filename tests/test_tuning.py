@@ -410,3 +410,53 @@ def test_every_shipped_table_is_a_whole_table_of_its_op_and_this_version():
         assert (table["op"], table["kernkit"]) == (path.parent.name, __version__)
         assert tune_cli.table_path(declared[table["op"]], (table["device"], table["capability"])).name == path.name
         assert all(e["tuned_us"] <= e["default_us"] for e in table["entries"])
+
+
+qk_norm_module = importlib.import_module("kernkit.ops.qk_norm")
+
+
+def test_tune_qk_norm_on_the_emulator_writes_a_table_the_op_reads_with_the_defaults_bits(fresh_cache, monkeypatch,
+                                                                                          tmp_path, capsys):
+    monkeypatch.setattr(tuning, "SHIPPED_DIR", tmp_path / "shipped")
+    asked = []
+    real = qk_norm_module.qk_norm_spec
+
+    def spy(dtype, head_dim, backend=None, cast=False, schedules=(0, 0)):
+        asked.append(schedules)
+        return real(dtype, head_dim, backend, cast, schedules)
+
+    monkeypatch.setattr(qk_norm_module, "qk_norm_spec", spy)
+    qk_norm_module._module.cache_clear()
+    tuning._entries.cache_clear()
+    gen = torch.Generator().manual_seed(3)
+    q, k = torch.randn(3, 2, 64, generator=gen), torch.randn(3, 1, 64, generator=gen)
+    wq, wk = torch.randn(64, generator=gen), torch.randn(64, generator=gen)
+
+    def call() -> list[torch.Tensor]:
+        qc, kc = q.clone(), k.clone()
+        ops.qk_norm(qc, kc, wq, wk)
+        return [qc, kc]
+
+    want = call()  # before the table: the defaults
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"dtype": "float32", "q_heads": 2, "k_heads": 1, "head_dim": 64, "tokens": n}
+                                  for n in (1, 3)]))
+    assert main(["tune", "qk_norm", "--device", "cpu", "--shapes", str(shapes), "--repeats", "3", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "qk_norm: 2 keys" in out and "other outputs" not in out  # 192 and 576 elements
+    late = real(torch.float32, 64, "emu", False, (tuning.EVERY_SIZE, tuning.EVERY_SIZE)).build_and_load()
+    qc, kc = q.clone(), k.clone()
+    late.qk_norm(qc, kc, wq, wk, 1e-6)  # the build tune timed: both late variants at every size
+    assert torch.equal(qc, want[0]) and torch.equal(kc, want[1])
+    path = tune_cli.table_path(qk_norm_module.TUNED, tuning.EMULATOR)
+    table = tuning.check_table(json.loads(path.read_text()), qk_norm_module.TUNED)
+    assert [e["key"]["elements"] for e in table["entries"]] == [128, 512]
+    masks = tuple(sum(e["args"].get(a, False) << e["key"]["elements"].bit_length() for e in table["entries"])
+                  for a in ("late_weight", "late_trigger"))
+    qk_norm_module._module.cache_clear()
+    asked.clear()
+    assert all(torch.equal(g, w) for g, w in zip(call(), want, strict=True))
+    assert asked == [masks]
+    assert real(torch.float32, 64, "emu", False, (0, 1 << 9)).title == "qk_norm<fp32_t, 64, false, false, 0, 512>"
+    assert [s.title for s in qk_norm_module._specializations([torch.float32], 64, backend="emu")] == [
+        real(torch.float32, 64, "emu", False, masks).title]  # warmup builds what the op loads

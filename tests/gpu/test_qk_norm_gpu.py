@@ -66,6 +66,26 @@ def test_both_pdl_variants(use_pdl):
     assert torch.equal(dev.cpu(), want)
 
 
+@pytest.mark.parametrize("late_weight, late_trigger", [(True, False), (False, True), (True, True)])
+def test_every_schedule_gives_the_defaults_bits_back_to_back(late_weight, late_trigger):
+    """The schedules a tuning table may choose (``SCHEDULES``) at every size, with PDL where the
+    GPU has it, each call reading what the one before wrote: the untuned build's bits."""
+    from kernkit.jit.tuning import EVERY_SIZE
+
+    tuned = qk_norm_spec(torch.bfloat16, 128, None, False, (EVERY_SIZE * late_weight, EVERY_SIZE * late_trigger))
+    results = []
+    for module in (qk_norm_spec(torch.bfloat16, 128).build_and_load(), tuned.build_and_load()):
+        qkv, views = fused_qkv(3000, 32, 8, 128, torch.bfloat16, 7)
+        dev, w = qkv.cuda(), torch.randn(128, generator=torch.Generator().manual_seed(7)).bfloat16().cuda()
+        q, k = views(dev)
+        for _ in range(3):
+            module.qk_norm(q, k, w, w, 1e-6)
+            q.mul_(3)  # the next call reads what this one wrote
+        torch.cuda.synchronize()
+        results.append(dev.cpu())
+    assert torch.equal(*results)
+
+
 def test_cuda_graph_replay():
     qkv, views = fused_qkv(64, 16, 2, 128, torch.bfloat16, 2)
     dev = qkv.cuda()

@@ -1,6 +1,7 @@
 /// \file qk_norm.cuh
-/// \brief `qk_norm<T, kHeadDim, kUsePDL, kCastXFirst>`: in place, RMS normalization of every head of q and of
-/// k (Qwen3's q/k norm before rope), each with its own weight, in one launch.
+/// \brief `qk_norm<T, kHeadDim, kUsePDL, kCastXFirst, kLateWeight, kLateTrigger>`: in place, RMS
+/// normalization of every head of q and of k (Qwen3's q/k norm before rope), each with its own
+/// weight, in one launch.
 ///
 /// Each head is a row of `rmsnorm_kernel`'s arithmetic (`device::norm::rmsnorm_row`), with a
 /// thread on 2 vectors of a head (`qk_target_vecs`) where rmsnorm's rows take 4: a head is short,
@@ -14,7 +15,7 @@
 #include <kernkit/utils.cuh>  // LaunchKernel
 #include <kernkit/utils.h>  // KERNKIT_CHECK
 
-#include <norm/rmsnorm.cuh>  // device::norm::rmsnorm_row, host::norm::verify_weight, check_eps
+#include <norm/rmsnorm.cuh>  // device::norm::rmsnorm_row, host::norm::verify_weight, check_eps, with_schedule
 
 #include <tvm/ffi/container/tensor.h>
 
@@ -62,8 +63,10 @@ struct QKNormParams {
 /// \tparam kHeadDim Elements per head.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it.
+/// \tparam kLateWeight Whether the weight is loaded after the reduction (`rmsnorm_row`).
+/// \tparam kLateTrigger Whether the PDL trigger follows the reduction (`rmsnorm_row`).
 /// \param p The heads.
-template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst>
+template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst, bool kLateWeight, bool kLateTrigger>
 __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThreads)
     qk_norm_kernel(const QKNormParams p) {
   using Layout = device::norm::QKLayout<T, kHeadDim>;
@@ -80,7 +83,8 @@ __global__ void __launch_bounds__(device::norm::QKLayout<T, kHeadDim>::kBlockThr
               : static_cast<T*>(p.k) + token * p.k_token_stride + (head - p.q_heads) * p.k_head_stride;
   const T* weight = static_cast<const T*>(is_q ? p.q_weight : p.k_weight);
   constexpr int64_t kTarget = device::norm::qk_target_vecs<T, kHeadDim>();
-  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, kTarget, kCastXFirst>(x, x, weight, active, lane, p.eps, smem);
+  device::norm::rmsnorm_row<T, kHeadDim, kUsePDL, kTarget, kCastXFirst, kLateWeight, kLateTrigger>(
+      x, x, weight, active, lane, p.eps, smem);
 }
 
 namespace host {
@@ -116,13 +120,18 @@ inline rows::HeadsView verify_qk_heads(const tvm::ffi::TensorView& t, const char
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
 /// \tparam kCastXFirst Whether `x * inv_rms` is rounded to `T` before the weight multiplies it
 /// (transformers' order; the default multiplies in fp32 and rounds once).
+/// \tparam kLateWeight The sizes at which the weight is loaded after the reduction: bit `b` for
+/// calls of `2**(b - 1)` to `2**b - 1` elements of q and k together (`norm::with_schedule`);
+/// what a tuning table chose (`kernkit/ops/qk_norm.py`). The same bits either way.
+/// \tparam kLateTrigger The sizes at which the PDL trigger follows the reduction (likewise).
 /// \param q `[tokens, q_heads, kHeadDim]` or `[tokens, q_heads * kHeadDim]`, normalized in place;
 /// any token and head strides that keep the heads apart and on 16-byte boundaries.
 /// \param k The same for k's heads, with q's tokens; shares no memory with q.
 /// \param q_weight `[kHeadDim]`, contiguous.
 /// \param k_weight `[kHeadDim]`, contiguous.
 /// \param eps Added to the mean of squares: finite, >= 0.
-template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst = false>
+template <typename T, int64_t kHeadDim, bool kUsePDL, bool kCastXFirst = false, uint64_t kLateWeight = 0,
+          uint64_t kLateTrigger = 0>
 void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorView q_weight,
              tvm::ffi::TensorView k_weight, float eps) {
   using namespace host;
@@ -150,8 +159,12 @@ void qk_norm(tvm::ffi::TensorView q, tvm::ffi::TensorView k, tvm::ffi::TensorVie
                             qh.token_stride, qh.head_stride, kh.token_stride, kh.head_stride,
                             static_cast<uint32_t>(qh.heads), static_cast<uint32_t>(heads),
                             static_cast<uint32_t>(n * heads), eps};
-  LaunchKernel(rows::grid_blocks(n * heads, Layout::kRowsPerBlock, "q"), Layout::kBlockThreads, dev)
-      .enable_pdl(kUsePDL)(qk_norm_kernel<T, kHeadDim, kUsePDL, kCastXFirst>, params);
+  norm::with_schedule<kLateWeight, kLateTrigger>(n * heads * kHeadDim, [&](auto late_weight, auto late_trigger) {
+    LaunchKernel(rows::grid_blocks(n * heads, Layout::kRowsPerBlock, "q"), Layout::kBlockThreads, dev)
+        .enable_pdl(kUsePDL)(qk_norm_kernel<T, kHeadDim, kUsePDL, kCastXFirst, decltype(late_weight)::value,
+                                            decltype(late_trigger)::value>,
+                             params);
+  });
 }
 
 }  // namespace kernkit

@@ -460,3 +460,12 @@ def test_tune_qk_norm_on_the_emulator_writes_a_table_the_op_reads_with_the_defau
     assert real(torch.float32, 64, "emu", False, (0, 1 << 9)).title == "qk_norm<fp32_t, 64, false, false, 0, 512>"
     assert [s.title for s in qk_norm_module._specializations([torch.float32], 64, backend="emu")] == [
         real(torch.float32, 64, "emu", False, masks).title]  # warmup builds what the op loads
+
+
+def test_the_qk_norm_serving_grid_has_one_shape_per_key():
+    """The key knows no heads: two shapes of one key would overwrite each other's entry."""
+    grid = qk_norm_module.TUNED.grids["serving"]
+    keys = [(s["dtype"], s["head_dim"], tuning.size_bucket(s["tokens"] * (s["q_heads"] + s["k_heads"]) * s["head_dim"]))
+            for s in grid]
+    assert len(set(keys)) == len(keys) and len(grid) <= 150
+    assert tuple(qk_norm_module.TUNED.bench(grid[2], "cpu").key.values()) == keys[2]

@@ -282,8 +282,9 @@ def peer(sgl: Sglang | None, op: str, hidden: int | None = None) -> Callable | N
 
 
 def warm_calls(sgl: Sglang, parts: list[str], g: Grids) -> list[tuple[str, tuple, Callable[[], object]]]:
-    """(op, its arguments, small call) triples that load every sglang JIT module the chosen sections use: one per
-    module key (dtype, hidden size, head dim, rope style, row bytes, scale layout)."""
+    """(op, its arguments, small call) triples that load every sglang JIT module the chosen
+    sections use: one per module key (dtype, hidden size, head dim, rope style, row bytes,
+    scale layout)."""
     bf16, dev = torch.bfloat16, "cuda"
     calls: list[tuple[str, tuple, Callable[[], object]]] = []
 

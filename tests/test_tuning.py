@@ -416,8 +416,10 @@ qk_norm_module = importlib.import_module("kernkit.ops.qk_norm")
 
 
 def test_tune_qk_norm_on_the_emulator_writes_a_table_the_op_reads_with_the_defaults_bits(fresh_cache, monkeypatch,
-                                                                                          tmp_path, capsys):
+                                                                                          tmp_path, capsys, request):
     monkeypatch.setattr(tuning, "SHIPPED_DIR", tmp_path / "shipped")
+    for memo in (qk_norm_module._module, tuning._entries):  # later tests load the untuned build
+        request.addfinalizer(memo.cache_clear)
     asked = []
     real = qk_norm_module.qk_norm_spec
 

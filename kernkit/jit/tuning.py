@@ -156,7 +156,6 @@ class Tunable:
         picked = {} if device is None else _entries(self.name, device).get(key_of(self, key), {})
         return {**self.defaults, **picked}
 
-
     def size_masks(self, is_cuda: bool, size: str, **key: object) -> dict[str, int]:
         """For an op that folds its per-size choices of boolean arguments into one build: for
         each argument, the mask whose bit ``b`` (1 to 62) is set when the tables pick ``True``

@@ -53,11 +53,8 @@ def rope_builds(op: str, dtypes: Sequence[torch.dtype], head_dim: int, rot_dim: 
     will load)."""
     rot = head_dim if rot_dim is None else rot_dim
     neox = is_neox if isinstance(is_neox, bool) else str(is_neox).lower() in ("1", "true")
-    builds = []
-    for d in dict.fromkeys(dtypes):
-        check_rope(d, rot, neox)
-        builds.append(rope_spec(op, d, rot, neox, backend, fewer_blocks_mask(op, backend != "emu", d, rot, neox)))
-    return builds
+    return [rope_spec(op, d, rot, neox, backend, fewer_blocks_mask(op, backend != "emu", d, rot, neox))
+            for d in dict.fromkeys(dtypes)]
 
 
 #: The rope kernels' grid a tuning table may choose per key, giving the same bits: at most 14

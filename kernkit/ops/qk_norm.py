@@ -110,9 +110,8 @@ def _schedules(is_cuda: bool, dtype: torch.dtype, head_dim: int) -> tuple[int, i
 
 @cache_once
 def _module(dtype: torch.dtype, head_dim: int, is_cuda: bool, cast_x_before_out_mul: bool):
-    # Runs once per (dtype, head_dim, device kind, order): dtype and head_dim are checked here,
-    # then the tuning tables give the schedules.
-    _check(dtype, head_dim)
+    # Runs once per (dtype, head_dim, device kind, order): the tuning tables give the schedules,
+    # and the spec checks the dtype and head_dim.
     return qk_norm_spec(dtype, head_dim, None if is_cuda else "emu", cast_x_before_out_mul,
                         _schedules(is_cuda, dtype, head_dim)).build_and_load()
 

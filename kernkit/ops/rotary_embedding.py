@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from ..jit import JitSpec, cache_once
-from ._rope import check_rope, fewer_blocks_mask, rope_builds, rope_spec
+from ._rope import fewer_blocks_mask, rope_builds, rope_spec
 from .registry import register_op
 
 
@@ -21,9 +21,8 @@ def rotary_embedding_spec(dtype: torch.dtype, rot_dim: int, is_neox: bool, backe
 
 @cache_once
 def _module(dtype: torch.dtype, rot_dim: int, is_neox: bool, is_cuda: bool):
-    # Runs once per specialization key: the place for what Python must check; then the tuning
-    # tables give the grid of each number of tokens (the launcher picks it by the call's tokens).
-    check_rope(dtype, rot_dim, is_neox)
+    # Runs once per specialization key: the tuning tables give the grid of each number of tokens
+    # (the launcher picks it by the call's tokens); the spec checks the key.
     mask = fewer_blocks_mask("rotary_embedding", is_cuda, dtype, rot_dim, is_neox)
     return rotary_embedding_spec(dtype, rot_dim, is_neox, None if is_cuda else "emu", mask).build_and_load()
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
-from ..jit.tuning import EVERY_SIZE, Bench, Tunable, size_bucket
-from ._flags import as_flag, check_cast_flag
+from ..jit.tuning import Bench, Tunable, size_bucket
+from ._flags import SCHEDULES, as_flag, check_cast_flag, every_size, schedule_masks, template_tail
 from .registry import register_op
 
 #: The dtypes ``qk_norm`` is specialized for.
@@ -36,18 +36,11 @@ def qk_norm_spec(dtype: torch.dtype, head_dim: int, backend: str | None = None,
     the late variant (``SCHEDULES``). The factory below, ``warmup`` and ``tune`` share it;
     untuned, the template arguments are those it always had."""
     _check(dtype, head_dim)
-    tail = (cast_x_before_out_mul, *schedules)
-    cut = len(tail)
-    while cut and not tail[cut - 1]:  # the defaults at the end are left out
-        cut -= 1
-    args = make_cpp_args(dtype, head_dim, backend != "emu" and is_arch_support_pdl(), *tail[:cut])
+    args = make_cpp_args(dtype, head_dim, backend != "emu" and is_arch_support_pdl(),
+                         *template_tail(cast_x_before_out_mul, *schedules))
     return JitSpec.make("qk_norm", *args, cuda_files=["norm/qk_norm.cuh"],
                         cuda_wrappers=[("qk_norm", f"qk_norm<{args}>")], backend=backend)
 
-
-#: The schedules of ``rmsnorm_row`` (``norm/rmsnorm.cuh``) a tuning table may choose per size,
-#: each giving the same bits: the weight loaded after the reduction, and the PDL trigger after it.
-SCHEDULES = {"late_weight": (False, True), "late_trigger": (False, True)}
 
 #: Tokens ``tune --grid serving`` measures, for each layout of ``SERVING_LAYOUTS``.
 SERVING_TOKENS = tuple(1 << b for b in range(15))
@@ -87,9 +80,7 @@ def _bench(shape: Mapping, device: str) -> Bench:
 
     return Bench(key={"dtype": str(dtype).removeprefix("torch."), "head_dim": head_dim,
                       "elements": size_bucket(n * (hq + hk) * head_dim)},
-                 spec=lambda args: qk_norm_spec(dtype, head_dim, backend, False,
-                                                (EVERY_SIZE * bool(args["late_weight"]),
-                                                 EVERY_SIZE * bool(args["late_trigger"]))),
+                 spec=lambda args: qk_norm_spec(dtype, head_dim, backend, False, every_size(args)),
                  calls=calls, outputs=outputs)
 
 
@@ -101,19 +92,12 @@ TUNED = Tunable("qk_norm", SCHEDULES, ("dtype", "head_dim", "elements"),
                 bench=_bench)
 
 
-def _schedules(is_cuda: bool, dtype: torch.dtype, head_dim: int) -> tuple[int, int]:
-    """The schedule masks this device's tuning tables give ``dtype`` and ``head_dim``
-    (``Tunable.size_masks``): the launcher picks a call's variant by its size."""
-    masks = TUNED.size_masks(is_cuda, "elements", dtype=dtype, head_dim=head_dim)
-    return masks["late_weight"], masks["late_trigger"]
-
-
 @cache_once
 def _module(dtype: torch.dtype, head_dim: int, is_cuda: bool, cast_x_before_out_mul: bool):
     # Runs once per (dtype, head_dim, device kind, order): the tuning tables give the schedules,
     # and the spec checks the dtype and head_dim.
     return qk_norm_spec(dtype, head_dim, None if is_cuda else "emu", cast_x_before_out_mul,
-                        _schedules(is_cuda, dtype, head_dim)).build_and_load()
+                        schedule_masks(TUNED, is_cuda, dtype=dtype, head_dim=head_dim)).build_and_load()
 
 
 def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, backend: str | None = None,
@@ -122,7 +106,8 @@ def _specializations(dtypes: Sequence[torch.dtype], head_dim: int, backend: str 
     ``cast_x_before_out_mul`` names (a bool or ``0``/``1``/``true``/``false``), with the
     schedules this device's tuning tables give (what the op will load)."""
     cast = as_flag(cast_x_before_out_mul)
-    return [qk_norm_spec(d, head_dim, backend, cast, _schedules(backend != "emu", d, head_dim))
+    return [qk_norm_spec(d, head_dim, backend, cast,
+                         schedule_masks(TUNED, backend != "emu", dtype=d, head_dim=head_dim))
             for d in dict.fromkeys(dtypes)]
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
-from ..jit.tuning import EVERY_SIZE, Bench, Tunable, size_bucket
-from ._flags import as_flag, check_cast_flag
+from ..jit.tuning import Bench, Tunable, size_bucket
+from ._flags import SCHEDULES, as_flag, check_cast_flag, every_size, schedule_masks, template_tail
 from .registry import register_op
 
 #: The dtypes the norm kernels are specialized for.
@@ -50,21 +50,14 @@ def rmsnorm_spec(dtype: torch.dtype, hidden: int, backend: str | None = None, ca
     pdl = backend != "emu" and is_arch_support_pdl()
     masks = {"rmsnorm": (0, 0), "fused_add_rmsnorm": (0, 0), **(schedules or {})}
 
-    def args(*tail: bool | int):  # the defaults at the end are left out
-        cut = len(tail)
-        while cut and not tail[cut - 1]:
-            cut -= 1
-        return make_cpp_args(dtype, hidden, pdl, *tail[:cut])
+    def args(*tail: bool | int):
+        return make_cpp_args(dtype, hidden, pdl, *template_tail(*tail))
 
     return JitSpec.make("rmsnorm", *args(cast_x_before_out_mul, *masks["rmsnorm"], *masks["fused_add_rmsnorm"]),
                         cuda_files=["norm/rmsnorm.cuh"],
                         cuda_wrappers=[(op, f"{op}<{args(cast_x_before_out_mul, *masks[op])}>") for op in masks],
                         backend=backend)
 
-
-#: The norm kernels' schedules a tuning table may choose per shape, each giving the same bits:
-#: the weight loaded after the reduction, and the PDL trigger after it (``rmsnorm.cuh``).
-SCHEDULES = {"late_weight": (False, True), "late_trigger": (False, True)}
 
 #: Rows ``tune --grid serving`` measures, for each hidden size and dtype of ``SERVING_HIDDEN``.
 SERVING_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -107,15 +100,13 @@ def _bench(op: str, shape: Mapping, device: str) -> Bench:
 
 def _schedule_spec(dtype: torch.dtype, hidden: int, backend: str | None, op: str, args: Mapping) -> JitSpec:
     """The build of the candidate ``args`` (``SCHEDULES``' names) of ``op`` at every size."""
-    return rmsnorm_spec(dtype, hidden, backend, False, {op: (EVERY_SIZE * bool(args["late_weight"]),
-                                                             EVERY_SIZE * bool(args["late_trigger"]))})
+    return rmsnorm_spec(dtype, hidden, backend, False, {op: every_size(args)})
 
 
 def _schedules(is_cuda: bool, dtype: torch.dtype, hidden: int) -> dict[str, tuple[int, int]]:
     """The schedule masks the tuning tables give both ops for ``dtype`` and ``hidden``
     (``Tunable.size_masks``): the launcher picks a call's variant by its size."""
-    masks = {op: t.size_masks(is_cuda, "elements", dtype=dtype, hidden=hidden) for op, t in TUNED.items()}
-    return {op: (m["late_weight"], m["late_trigger"]) for op, m in masks.items()}
+    return {op: schedule_masks(t, is_cuda, dtype=dtype, hidden=hidden) for op, t in TUNED.items()}
 
 
 def _tunable(op: str) -> Tunable:

@@ -133,7 +133,8 @@ def test_both_pdl_variants(use_pdl):
 def test_every_schedule_gives_the_defaults_bits_back_to_back(op, late_weight, late_trigger):
     """The schedules a tuning table may choose (``SCHEDULES``) at every size, with PDL where the
     GPU has it, chained as in test_both_pdl_variants: the untuned build's bits."""
-    from kernkit.ops.rmsnorm import EVERY_SIZE, rmsnorm_spec
+    from kernkit.jit.tuning import EVERY_SIZE
+    from kernkit.ops.rmsnorm import rmsnorm_spec
 
     tuned = rmsnorm_spec(bf16, 4096, None, False, {op: (EVERY_SIZE * late_weight, EVERY_SIZE * late_trigger)})
     results = []

@@ -8,10 +8,10 @@ later process.
 
 For each shape: every candidate is built (in parallel, as warmup builds) and run once on the
 default's inputs; a candidate whose outputs differ from the default's (bit for bit, or beyond
-the op's stated bound) is reported and never chosen. The others are timed: on a GPU, a CUDA
-graph of launches on inputs rotated beyond the L2, ``--repeats`` replays; on the CPU
-(``--device cpu``: the emulator, for trying the machinery; its times say nothing about a GPU)
-by the clock. A candidate replaces the default only when its median is faster by more than the
+the op's stated bound) is reported and never chosen. The others are timed, ``--repeats`` times
+each, the candidates' runs interleaved: on a GPU, a CUDA graph of launches on inputs rotated
+beyond the L2; on the CPU (``--device cpu``: the emulator, for trying the machinery; its times
+say nothing about a GPU) by the clock. A candidate replaces the default only when its median is faster by more than the
 spread measured (the larger interquartile range of the two). The table is written to
 ``<cache>/v2/tuning/<op>/<device>.json``, whose entries for other keys stay; Ctrl-C writes what
 is done.
@@ -35,25 +35,26 @@ from tqdm import tqdm
 from .._version import __version__
 from ..jit import cache_once
 from ..jit.cache import root
-from ..jit.tuning import FORMAT, Tunable, check_table, declared, graph_times_us, identity, key_of
+from ..jit.tuning import FORMAT, Tunable, check_table, declared, graph_times_us_each, identity, key_of
 from ..jit.untrusted import read_json
 from . import output
 from .warmup import WarmupError, build_all
 
 
-def _timer(device: str, repeats: int) -> Callable[[Sequence[Callable[[], object]]], list[float]]:
-    """Times per launch (us) of ``calls``, one per repeat: CUDA-graph replays on a GPU, the clock
-    on the CPU."""
-    def cpu(calls):
-        times = []
+def _timer(device: str, repeats: int) -> Callable[[Sequence[Sequence[Callable[[], object]]]], list[list[float]]]:
+    """Times per launch (us) of each group of calls, one per repeat, the groups' repeats
+    interleaved: CUDA-graph replays on a GPU (``graph_times_us_each``), the clock on the CPU."""
+    def cpu(groups):
+        times: list[list[float]] = [[] for _ in groups]
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            for fn in calls:
-                fn()
-            times.append((time.perf_counter() - t0) * 1e6 / len(calls))
+            for i, calls in enumerate(groups):
+                t0 = time.perf_counter()
+                for fn in calls:
+                    fn()
+                times[i].append((time.perf_counter() - t0) * 1e6 / len(calls))
         return times
 
-    return functools.partial(graph_times_us, replays=repeats) if device == "cuda" else cpu
+    return functools.partial(graph_times_us_each, replays=repeats) if device == "cuda" else cpu
 
 
 def _spread(times: list[float]) -> float:
@@ -68,8 +69,8 @@ def _same(tunable: Tunable, got: Sequence[torch.Tensor], want: Sequence[torch.Te
     if tunable.close is not None:
         return tunable.close(got, want)
     return len(got) == len(want) and all(
-        g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.contiguous().view(torch.uint8),
-                                                                  w.contiguous().view(torch.uint8))
+        g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.flatten().view(torch.uint8),
+                                                                  w.flatten().view(torch.uint8))
         for g, w in zip(got, want, strict=True))
 
 
@@ -133,7 +134,7 @@ def tune(tunable: Tunable, shapes: Sequence[Mapping], device: str, repeats: int 
                     usable.append((choice, module))
                 else:
                     notes.append(f"{tunable.name} {shape}: {choice} gives other outputs than the default; not chosen")
-            times = {i: timer(bench.calls(module)) for i, (_, module) in enumerate(usable)}
+            times = dict(enumerate(timer([bench.calls(module) for _, module in usable])))
             best = min(times, key=lambda i: statistics.median(times[i]))
             base, fast = statistics.median(times[0]), statistics.median(times[best])
             spread = max(_spread(times[0]), _spread(times[best]))

@@ -206,8 +206,8 @@ def _device(index: int) -> tuple[str, str]:
 
 def graph_times_us(calls: Sequence[Callable[[], object]], replays: int = 20, warmup: int = 3) -> list[float]:
     """The time per call, in microseconds, of each of ``replays`` replays of one CUDA graph that
-    holds ``calls`` in order (each on its own inputs), after ``warmup`` replays: how ``tune`` and
-    kernkit's benchmarks time a kernel.
+    holds ``calls`` in order (each on its own inputs), after ``warmup`` replays: how kernkit's
+    benchmarks time a kernel (``tune`` times several this way at once: ``graph_times_us_each``).
 
     Parameters
     ----------
@@ -221,24 +221,52 @@ def graph_times_us(calls: Sequence[Callable[[], object]], replays: int = 20, war
     >>> statistics.median(graph_times_us([lambda: ops.rmsnorm(x, w)] * 100))  # doctest: +SKIP
     1.31
     """
-    for fn in calls:
-        fn()
-    torch.cuda.synchronize()
-    stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+    return graph_times_us_each([calls], replays, warmup)[0]
+
+
+def graph_times_us_each(groups: Sequence[Sequence[Callable[[], object]]], replays: int = 20,
+                        warmup: int = 3) -> list[list[float]]:
+    """``graph_times_us`` of each group of calls, one graph per group, their replays interleaved
+    (round ``r`` replays every graph once, in reverse order on odd rounds): how ``tune`` times
+    the candidates of one shape, so that a drift of the GPU's clock or temperature during the
+    measurement falls on every candidate alike instead of on the one timed last.
+
+    Parameters
+    ----------
+    groups
+        One list of launches per graph; each launch is run once first.
+    replays, warmup
+        Timed and untimed replays of each graph.
+
+    Returns
+    -------
+    The times per call (us) of each group, in ``groups``' order, one per replay.
+    """
+    graphs = []
+    for calls in groups:
         for fn in calls:
             fn()
-    torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            for fn in calls:
+                fn()
+        torch.cuda.synchronize()
+        graphs.append((graph, len(calls)))
     for _ in range(warmup):
-        graph.replay()
+        for graph, _ in graphs:
+            graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    times: list[list[float]] = [[] for _ in graphs]
+    for r in range(replays):
+        order = range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))
+        for i in order:
+            graph, n = graphs[i]
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times[i].append(start.elapsed_time(end) * 1e3 / n)
     return times
 
 

@@ -474,3 +474,66 @@ def test_the_qk_norm_serving_grid_has_one_shape_per_key():
             for s in grid]
     assert len(set(keys)) == len(keys) and len(grid) <= 150
     assert tuple(qk_norm_module.TUNED.bench(grid[2], "cpu").key.values()) == keys[2]
+
+
+group_quant_module = importlib.import_module("kernkit.ops.per_token_group_quant_fp8")
+
+
+def test_tune_group_quant_on_the_emulator_writes_a_table_the_op_reads_with_the_defaults_bits(fresh_cache, monkeypatch,
+                                                                                              tmp_path, capsys,
+                                                                                              request):
+    monkeypatch.setattr(tuning, "SHIPPED_DIR", tmp_path / "shipped")
+    for memo in (group_quant_module._module, tuning._entries):  # later tests load the untuned build
+        request.addfinalizer(memo.cache_clear)
+    asked = []
+    real = group_quant_module.per_token_group_quant_fp8_spec
+
+    def spy(dtype, group_size, column_major, ue8m0, backend=None, one_vector=0):
+        asked.append(one_vector)
+        return real(dtype, group_size, column_major, ue8m0, backend, one_vector)
+
+    monkeypatch.setattr(group_quant_module, "per_token_group_quant_fp8_spec", spy)
+    group_quant_module._module.cache_clear()
+    tuning._entries.cache_clear()
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(5)).bfloat16()
+
+    def call() -> list[torch.Tensor]:
+        q, scales = ops.per_token_group_quant_fp8(x[:1], 128, column_major_scales=True)  # 256 elements: bit 9
+        q1, scales1 = ops.per_token_group_quant_fp8(x, 128, column_major_scales=True)  # 768: bit 10
+        return [q.view(torch.uint8), scales, q1.view(torch.uint8), scales1]
+
+    want = call()  # before the table: the defaults
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"dtype": "bfloat16", "group_size": 128, "column_major_scales": True,
+                                   "scale_ue8m0": False, "hidden": 256, "tokens": n} for n in (2, 3)]))
+    argv = ["tune", "per_token_group_quant_fp8", "--device", "cpu", "--shapes", str(shapes), "--repeats", "3", "-q"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "per_token_group_quant_fp8: 1 keys" in out and "other outputs" not in out  # both in the bucket of 512
+    path = tune_cli.table_path(group_quant_module.TUNED, tuning.EMULATOR)
+    table = tuning.check_table(json.loads(path.read_text()), group_quant_module.TUNED)
+    assert [e["key"] for e in table["entries"]] == [{"dtype": "bfloat16", "group_size": 128,
+                                                    "column_major_scales": True, "scale_ue8m0": False,
+                                                    "elements": 512}]
+    table["entries"][0]["args"] = {"one_vector": True}  # the emulator's clock chose at random
+    path.write_text(json.dumps(table))
+    group_quant_module._module.cache_clear()
+    tuning._entries.cache_clear()  # read once per process: the first call above found no table
+    asked.clear()
+    got = call()
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert asked == [1 << 10]  # one build: 512 to 1023 elements (the 3 tokens) take one vector a thread
+    assert real(torch.bfloat16, 128, True, False, "emu", 1 << 10).title == (
+        "per_token_group_quant_fp8<bf16_t, 128, true, false, false, 1024>")
+    assert [s.title for s in group_quant_module._specializations([torch.bfloat16], 128, True, backend="emu")] == [
+        real(torch.bfloat16, 128, True, False, "emu", 1 << 10).title]  # warmup builds what the op loads
+
+
+def test_the_group_quant_serving_grid_has_one_shape_per_key():
+    """The build knows no hidden size: two shapes of one key would overwrite each other's entry."""
+    grid = group_quant_module.TUNED.grids["serving"]
+    keys = [(s["dtype"], s["group_size"], s["column_major_scales"], s["scale_ue8m0"],
+             tuning.size_bucket(s["tokens"] * s["hidden"])) for s in grid]
+    assert len(set(keys)) == len(keys) and len(grid) <= 150
+    bench = group_quant_module.TUNED.bench(grid[2], "cpu")
+    assert tuple(bench.key.values()) == keys[2] and len(bench.calls(None)) == 200

@@ -4,11 +4,12 @@ DeepGEMM) take their activations (sglang's ``per_token_group_quant_8bit``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from ..jit import JitSpec, cache_once, is_arch_support_pdl, make_cpp_args
+from ..jit.tuning import EVERY_SIZE, Bench, Tunable, size_bucket
 from .registry import register_op
 
 #: The input dtypes ``per_token_group_quant_fp8`` is specialized for.
@@ -29,26 +30,93 @@ def _check_types(group_size: object, column_major_scales: object, scale_ue8m0: o
 
 
 def per_token_group_quant_fp8_spec(dtype: torch.dtype, group_size: int, column_major_scales: bool,
-                                   scale_ue8m0: bool, backend: str | None = None) -> JitSpec:
+                                   scale_ue8m0: bool, backend: str | None = None, one_vector: int = 0) -> JitSpec:
     """The build of one ``per_token_group_quant_fp8`` specialization (input dtype, group size,
-    scale layout): the factory below and ``warmup`` share it."""
+    scale layout), with the sizes a tuning table chose for one vector a thread: ``one_vector``,
+    a mask whose bit ``b`` covers calls of ``2**(b - 1)`` to ``2**b - 1`` elements of ``x``. The
+    factory below, ``warmup`` and ``tune`` share it; untuned, the template arguments are those it
+    always had."""
     if dtype not in GROUP_QUANT_DTYPES:
         raise TypeError(f"'x': unsupported dtype {dtype}; supported: float16, bfloat16, float32")
     _check_types(group_size, column_major_scales, scale_ue8m0)
     if group_size not in GROUP_SIZES:
         raise ValueError(f"'group_size': expected one of {', '.join(map(str, GROUP_SIZES))}, got {group_size!r}")
     args = make_cpp_args(dtype, group_size, column_major_scales, scale_ue8m0,
-                         backend != "emu" and is_arch_support_pdl())
+                         backend != "emu" and is_arch_support_pdl(), *((one_vector,) if one_vector else ()))
     return JitSpec.make("per_token_group_quant_fp8", *args, cuda_files=["quant/per_token_group_quant_fp8.cuh"],
                         cuda_wrappers=[("per_token_group_quant_fp8", f"per_token_group_quant_fp8<{args}>")],
                         backend=backend)
 
 
+#: Tokens ``tune --grid serving`` measures, for each scale layout of ``SERVING_LAYOUTS``.
+SERVING_TOKENS = tuple(1 << b for b in range(15))
+
+#: ``(column_major_scales, scale_ue8m0)`` of the serving grid: the three layouts, each of
+#: DeepSeek-V3's hidden size (7168) in bfloat16, group 128; one shape per key (the build knows no
+#: hidden size: the key is the elements of ``x``).
+SERVING_LAYOUTS = ((False, False), (True, False), (True, True))
+
+#: The hidden size of the serving grid.
+SERVING_HIDDEN = 7168
+
+
+def _bench(shape: Mapping, device: str) -> Bench:
+    """``tune``'s inputs for one shape ``{dtype, group_size, column_major_scales, scale_ue8m0,
+    hidden, tokens}`` on ``device``: copies of x and the outputs that together exceed the L2."""
+    dtype, group_size, hidden, n = (getattr(torch, str(shape["dtype"])), shape["group_size"], int(shape["hidden"]),
+                                    int(shape["tokens"]))
+    column_major, ue8m0 = shape["column_major_scales"], shape["scale_ue8m0"]
+    _check_types(group_size, column_major, ue8m0)
+    flags = {"column_major_scales": column_major, "scale_ue8m0": ue8m0}
+    if min(hidden, n) < 1:
+        raise ValueError(f"expected hidden and tokens >= 1, got {dict(shape)}")
+    backend = None if device == "cuda" else "emu"
+    gen = torch.Generator().manual_seed(n * 7919 + hidden)
+    copies = max(1, min(200, (180 << 20) // (n * hidden * (dtype.itemsize + 1))))  # beyond the L2
+    xs = [torch.randn(n, hidden, generator=gen).to(dtype).to(device) for _ in range(copies)]
+    outs = [_outputs(x, group_size, **flags) for x in xs]
+
+    def calls(module):
+        return [lambda x=x, q=q, s=s: module.per_token_group_quant_fp8(q, s, x, 1e-10)
+                for x, (q, s) in zip(xs, outs, strict=True)]
+
+    def outputs(module):
+        q, scales = _outputs(xs[0], group_size, **flags)
+        module.per_token_group_quant_fp8(q, scales, xs[0], 1e-10)
+        return [q, scales]
+
+    return Bench(key={"dtype": str(dtype).removeprefix("torch."), "group_size": group_size, **flags,
+                      "elements": size_bucket(n * hidden)},
+                 spec=lambda args: per_token_group_quant_fp8_spec(dtype, group_size, column_major, ue8m0, backend,
+                                                                  EVERY_SIZE * bool(args["one_vector"])),
+                 calls=calls, outputs=outputs)
+
+
+#: The op's tunable: one vector a thread (twice the blocks) or two, per dtype, group size, scale
+#: layout and number of elements of ``x`` (the power of two at or below it), all of which go
+#: into the one build of a dtype, group size and layout.
+TUNED = Tunable("per_token_group_quant_fp8", {"one_vector": (False, True)},
+                ("dtype", "group_size", "column_major_scales", "scale_ue8m0", "elements"),
+                grids={"serving": [{"dtype": "bfloat16", "group_size": 128, "column_major_scales": c,
+                                    "scale_ue8m0": u, "hidden": SERVING_HIDDEN, "tokens": n}
+                                   for c, u in SERVING_LAYOUTS for n in SERVING_TOKENS]},
+                bench=_bench)
+
+
+def _spec(dtype: torch.dtype, group_size: int, column_major_scales: bool, scale_ue8m0: bool,
+          backend: str | None) -> JitSpec:
+    """The spec with the sizes this device's tuning tables give one vector a thread
+    (``Tunable.size_masks``): the launcher picks a call's variant by its size."""
+    mask = TUNED.size_masks(backend != "emu", "elements", dtype=dtype, group_size=group_size,
+                            column_major_scales=column_major_scales, scale_ue8m0=scale_ue8m0)["one_vector"]
+    return per_token_group_quant_fp8_spec(dtype, group_size, column_major_scales, scale_ue8m0, backend, mask)
+
+
 @cache_once
 def _module(dtype: torch.dtype, group_size: int, column_major_scales: bool, scale_ue8m0: bool, is_cuda: bool):
-    # Runs once per specialization key: the place for what Python must check.
-    return per_token_group_quant_fp8_spec(dtype, group_size, column_major_scales, scale_ue8m0,
-                                          None if is_cuda else "emu").build_and_load()
+    # Runs once per specialization key: the tuning tables give the variant per size, and the
+    # spec checks the key.
+    return _spec(dtype, group_size, column_major_scales, scale_ue8m0, None if is_cuda else "emu").build_and_load()
 
 
 def _outputs(x: torch.Tensor, group_size: int = 128, *, column_major_scales: bool = False, scale_ue8m0: bool = False,
@@ -81,9 +149,10 @@ def _flag(value: object) -> bool:
 def _specializations(dtypes: Sequence[torch.dtype], group_size: int = 128, column_major_scales: object = False,
                      scale_ue8m0: object = False, backend: str | None = None, **unused: object) -> list[JitSpec]:
     """The builds a model needs: one per dtype, for its group size and scale layout (the op's
-    defaults unless given)."""
-    return [per_token_group_quant_fp8_spec(d, group_size, _flag(column_major_scales), _flag(scale_ue8m0), backend)
-            for d in dict.fromkeys(dtypes)]
+    defaults unless given), with the variants this device's tuning tables give (what the op
+    will load)."""
+    layout = _flag(column_major_scales), _flag(scale_ue8m0)
+    return [_spec(d, group_size, *layout, backend) for d in dict.fromkeys(dtypes)]
 
 
 @register_op(fake=_outputs, specializations=_specializations)

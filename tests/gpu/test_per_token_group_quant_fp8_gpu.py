@@ -198,3 +198,27 @@ def test_cpu_out_for_a_cuda_input_is_rejected():
     x = groups_of(2, 256, torch.bfloat16, 128).cuda()
     with pytest.raises(ValueError, match="'out'"):
         per_token_group_quant_fp8(x, out=torch.empty(2, 256, dtype=fp8))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("dtype", GROUP_QUANT_DTYPES, ids=str)
+def test_one_vector_a_thread_at_every_size_gives_the_defaults_bits(dtype, layout):
+    """The variant a tuning table may choose per size (one vector a thread, twice the blocks) at
+    every size, every group size, aligned rows and the scalar variant's misaligned ones: the
+    untuned build's bits."""
+    from kernkit.jit.tuning import EVERY_SIZE
+
+    for group_size in GROUP_SIZES:
+        base, tuned = (per_token_group_quant_fp8_spec(dtype, group_size, *layout, None, mask).build_and_load()
+                       for mask in (0, EVERY_SIZE))
+        for tokens, offset in ((1, 0), (37, 0), (3000, 0), (37, 1)):
+            wide = groups_of(tokens, 56 * group_size + 16, dtype, 8, seed=tokens + group_size).cuda()
+            x = wide[:, offset:offset + 56 * group_size]
+            got = []
+            for module in (base, tuned):
+                q, scales = per_token_group_quant_fp8(x, group_size, column_major_scales=layout[0],
+                                                      scale_ue8m0=layout[1])
+                q.zero_(), scales.zero_()
+                module.per_token_group_quant_fp8(q, scales, x, 1e-10)
+                got.append((q.view(torch.uint8).cpu(), scales.cpu().flatten().view(torch.uint8)))
+            assert torch.equal(got[0][0], got[1][0]) and torch.equal(got[0][1], got[1][1]), (group_size, tokens)

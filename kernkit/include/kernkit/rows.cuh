@@ -355,6 +355,18 @@ inline HeadsView verify_heads(const tvm::ffi::TensorView& t, const char* role, S
   return HeadsView{data_ptr(t), num_heads, num_tokens.unwrap() <= 1 ? 0 : ts, num_heads == 1 ? 0 : hs};
 }
 
+/// \brief Whether a tuning table's size mask picks its variant for a call of `n` elements (or
+/// tokens): bit `b` of `mask`, `b` the bit length of `n` (1 to 62), covers `2**(b - 1)` to
+/// `2**b - 1`, the bucket `kernkit.jit.tuning.size_bucket` names. Bits 0 and 63 are never set.
+/// \param mask The sizes that take the variant.
+/// \param n Elements or tokens of the call.
+/// \return Whether `n`'s bucket is in `mask`.
+inline constexpr bool in_size_mask(uint64_t mask, int64_t n) {
+  int32_t bits = 0;
+  for (uint64_t v = static_cast<uint64_t>(n); v != 0; v >>= 1) ++bits;
+  return bits < 63 && ((mask >> bits) & 1u) != 0;
+}
+
 /// \brief Blocks needed to give `n` rows a thread group each, checked to fit the grid.
 /// \param n Rows.
 /// \param rows_per_block Rows per block.

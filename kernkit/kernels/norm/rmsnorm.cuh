@@ -11,7 +11,7 @@
 /// shared-memory step): the GPU and the CPU emulator produce the same bits.
 #pragma once
 
-#include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device
+#include <kernkit/rows.cuh>  // rows::verify_flat_rows, check_rows_like, check_same_device, in_size_mask
 #include <kernkit/tensor.h>  // SymbolicDevice, TensorMatcher, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -459,11 +459,8 @@ inline void with_schedule(int64_t elements, F&& f) {
   if constexpr (kLateWeight == 0 && kLateTrigger == 0) {
     f(std::false_type{}, std::false_type{});
   } else {
-    int32_t bits = 0;
-    for (uint64_t v = static_cast<uint64_t>(elements); v != 0; v >>= 1) ++bits;
-    const uint64_t bit = bits < 63 ? uint64_t{1} << bits : 0;
-    const bool weight = (kLateWeight & bit) != 0;
-    const bool trigger = (kLateTrigger & bit) != 0;
+    const bool weight = rows::in_size_mask(kLateWeight, elements);
+    const bool trigger = rows::in_size_mask(kLateTrigger, elements);
     if (weight && trigger) {
       f(std::true_type{}, std::true_type{});
     } else if (weight) {

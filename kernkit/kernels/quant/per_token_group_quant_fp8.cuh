@@ -1,9 +1,9 @@
 /// \file per_token_group_quant_fp8.cuh
-/// \brief `per_token_group_quant_fp8<T, kGroupSize, kColumnMajor, kUE8M0, kUsePDL>`: dynamic
-/// quantization of fp16, bf16 or fp32 rows to fp8 E4M3 with one fp32 scale per group of
-/// `kGroupSize` consecutive elements of a row (the block-wise fp8 activations of DeepSeek-V3 and
-/// DeepGEMM), the scales row-major, column-major (DeepGEMM's TMA layout) or as packed UE8M0
-/// exponents.
+/// \brief `per_token_group_quant_fp8<T, kGroupSize, kColumnMajor, kUE8M0, kUsePDL[,
+/// kOneVector]>`: dynamic quantization of fp16, bf16 or fp32 rows to fp8 E4M3 with one fp32
+/// scale per group of `kGroupSize` consecutive elements of a row (the block-wise fp8 activations
+/// of DeepSeek-V3 and DeepGEMM), the scales row-major, column-major (DeepGEMM's TMA layout) or as
+/// packed UE8M0 exponents.
 ///
 /// A group's 16-byte vectors are spread over consecutive lanes of one warp (`GroupLayout`), so
 /// its maximum is a shuffle butterfly with no barrier; each thread keeps its vectors in
@@ -13,7 +13,7 @@
 #pragma once
 
 #include <kernkit/math.cuh>  // math::abs_bits
-#include <kernkit/rows.cuh>  // rows::grid_blocks
+#include <kernkit/rows.cuh>  // rows::grid_blocks, in_size_mask
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, data_ptr, check_no_overlap
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t, fp8_e4m3_t, fp8x4_e4m3_t, fp32x4_t
 #include <kernkit/utils.cuh>  // LaunchKernel, PDLWaitPrimary, PDLTriggerSecondary
@@ -41,12 +41,12 @@ namespace quant {
 /// `kBlockThreads` threads takes `kGroupsPerBlock` consecutive groups.
 /// \tparam kGroupSize Elements per group: 16, 32, 64 or 128.
 /// \tparam kVecN Elements per vector access: `16 / sizeof(T)`, or 1 for unaligned rows.
-template <int64_t kGroupSize, int kVecN>
+/// \tparam kTargetVecs Vectors a thread aims at (a power of two; the scalar variant takes more,
+/// to stay in a warp). 2 keeps 32 bytes of x in flight a thread (8 lanes for bf16 x 128), which
+/// reached more of the copy bandwidth than 1 on the H200; 1 spreads a small call over twice
+/// the blocks (`benchmark/results/tuning-rope-store-group-quant-h200-2026-12-04-5cd823e.md`).
+template <int64_t kGroupSize, int kVecN, int64_t kTargetVecs = 2>
 struct GroupLayout {
-  /// Vectors a thread aims at (a power of two; the scalar variant takes more, to stay in a
-  /// warp): 2 keeps 32 bytes of x in flight a thread (8 lanes for bf16 x 128), which reached
-  /// more of the copy bandwidth than 1 on the H200 (`benchmark/results/tuning-rope-store-group-quant-h200-2026-12-04-5cd823e.md`).
-  static constexpr int64_t kTargetVecs = 2;
   /// Vectors per group.
   static constexpr int64_t kVecs = kGroupSize / kVecN;
   /// Lanes per group: a power of two, at most a warp.
@@ -86,6 +86,7 @@ KERNKIT_DEVICE float ue8m0_ceil(float scale) {
 /// \tparam kColumnMajor Whether the scales are column-major (`kUE8M0`: packed exponents).
 /// \tparam kUE8M0 Whether the scales are powers of two.
 /// \tparam kVecN Elements per vector access: `16 / sizeof(T)`, or 1 for unaligned rows.
+/// \tparam kTargetVecs Vectors a thread aims at (`GroupLayout`): the same bits either way.
 /// \tparam kUsePDL Whether the kernel was launched with Programmatic Dependent Launch.
 /// \param q Output, `[tokens, groups * kGroupSize]` fp8 E4M3, contiguous.
 /// \param scales Output: fp32 `[tokens, groups]` row-major, or fp32 at `[group * col_stride +
@@ -98,13 +99,13 @@ KERNKIT_DEVICE float ue8m0_ceil(float scale) {
 /// \param col_stride Elements (packed: words) between the scales of consecutive groups of a row
 /// in the column-major layouts.
 /// \param eps The scale's floor before the division: finite, >= 0.
-template <typename T, int64_t kGroupSize, bool kColumnMajor, bool kUE8M0, int kVecN, bool kUsePDL>
-__global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN>::kBlockThreads)
+template <typename T, int64_t kGroupSize, bool kColumnMajor, bool kUE8M0, int kVecN, int64_t kTargetVecs, bool kUsePDL>
+__global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN, kTargetVecs>::kBlockThreads)
     per_token_group_quant_fp8_kernel(fp8_e4m3_t* __restrict__ q,
                                      std::conditional_t<kColumnMajor && kUE8M0, uint8_t, fp32_t>* __restrict__ scales,
                                      const T* __restrict__ x, int64_t x_stride, uint32_t groups, uint32_t num_groups,
                                      int64_t col_stride, float eps) {
-  using Layout = device::quant::GroupLayout<kGroupSize, kVecN>;
+  using Layout = device::quant::GroupLayout<kGroupSize, kVecN, kTargetVecs>;
   using vec_t = device::AlignedVector<T, kVecN>;
   constexpr uint32_t kThreads = static_cast<uint32_t>(Layout::kThreads);
   const uint32_t lane = threadIdx.x % kThreads;
@@ -186,11 +187,15 @@ __global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN>:
 /// \tparam kColumnMajor Whether the scales are column-major.
 /// \tparam kUE8M0 Whether the scales are powers of two (packed exponents when column-major).
 /// \tparam kUsePDL Whether to launch with Programmatic Dependent Launch (sm_90 and newer).
+/// \tparam kOneVector The sizes at which a thread of the vector variant holds one vector of a
+/// group instead of two (`GroupLayout`'s `kTargetVecs`): bit `b` for calls of `2**(b - 1)` to
+/// `2**b - 1` elements of x (`rows::in_size_mask`); what a tuning table chose
+/// (`kernkit/ops/per_token_group_quant_fp8.py`). The same bits either way.
 /// \param q Output: the quantized rows (named `out` in errors: the op's `out=`).
 /// \param scales Output: one scale per group (named `out_scales` in errors: the op's `out_scales=`).
 /// \param x Input rows.
 /// \param eps The scale's floor before the division: finite, >= 0.
-template <typename T, int64_t kGroupSize, bool kColumnMajor, bool kUE8M0, bool kUsePDL>
+template <typename T, int64_t kGroupSize, bool kColumnMajor, bool kUE8M0, bool kUsePDL, uint64_t kOneVector = 0>
 void per_token_group_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scales, tvm::ffi::TensorView x,
                                float eps) {
   using namespace host;
@@ -201,8 +206,8 @@ void per_token_group_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scal
   constexpr int kVecN = 16 / sizeof(T);
   constexpr bool kPackedScales = kColumnMajor && kUE8M0;
   using scale_t = std::conditional_t<kPackedScales, int32_t, fp32_t>;
-  using VecLayout = ::kernkit::device::quant::GroupLayout<kGroupSize, kVecN>;
-  using ScalarLayout = ::kernkit::device::quant::GroupLayout<kGroupSize, 1>;
+  static_assert(kOneVector >> 63 == 0 && (kOneVector & 1u) == 0,
+                "per_token_group_quant_fp8: a size mask uses bits 1 to 62");
 
   SymbolicSize num_tokens{"num_tokens"};
   SymbolicSize hidden{"hidden"};
@@ -248,18 +253,28 @@ void per_token_group_quant_fp8(tvm::ffi::TensorView q, tvm::ffi::TensorView scal
   const bool aligned = reinterpret_cast<uintptr_t>(x_ptr) % 16 == 0 &&
                        (stride * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(q_ptr) % kVecN == 0;
-  const auto launch = [&](auto kernel, int64_t groups_per_block) {
-    LaunchKernel(rows::grid_blocks(num_groups, groups_per_block, "x"), static_cast<uint32_t>(VecLayout::kBlockThreads),
-                 device.unwrap())
-        .enable_pdl(kUsePDL)(kernel, q_ptr, scales_ptr, x_ptr, stride, static_cast<uint32_t>(groups),
-                             static_cast<uint32_t>(num_groups), col_stride, eps);
+  const auto launch = [&](auto vec_n, auto target_vecs) {
+    constexpr int kN = decltype(vec_n)::value;
+    constexpr int64_t kTarget = decltype(target_vecs)::value;
+    using Layout = ::kernkit::device::quant::GroupLayout<kGroupSize, kN, kTarget>;
+    LaunchKernel(rows::grid_blocks(num_groups, Layout::kGroupsPerBlock, "x"),
+                 static_cast<uint32_t>(Layout::kBlockThreads), device.unwrap())
+        .enable_pdl(kUsePDL)(
+            per_token_group_quant_fp8_kernel<T, kGroupSize, kColumnMajor, kUE8M0, kN, kTarget, kUsePDL>, q_ptr,
+            scales_ptr, x_ptr, stride, static_cast<uint32_t>(groups), static_cast<uint32_t>(num_groups), col_stride,
+            eps);
   };
-  if (aligned) {
-    launch(per_token_group_quant_fp8_kernel<T, kGroupSize, kColumnMajor, kUE8M0, kVecN, kUsePDL>,
-           VecLayout::kGroupsPerBlock);
+  using Two = std::integral_constant<int64_t, 2>;
+  if (!aligned) {
+    launch(std::integral_constant<int, 1>{}, Two{});
+  } else if constexpr (kOneVector != 0) {
+    if (rows::in_size_mask(kOneVector, n * h)) {
+      launch(std::integral_constant<int, kVecN>{}, std::integral_constant<int64_t, 1>{});
+    } else {
+      launch(std::integral_constant<int, kVecN>{}, Two{});
+    }
   } else {
-    launch(per_token_group_quant_fp8_kernel<T, kGroupSize, kColumnMajor, kUE8M0, 1, kUsePDL>,
-           ScalarLayout::kGroupsPerBlock);
+    launch(std::integral_constant<int, kVecN>{}, Two{});
   }
 }
 

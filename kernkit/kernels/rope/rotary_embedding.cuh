@@ -17,7 +17,7 @@
 /// same bits, which are those of torch's `(x.float() * cos - y.float() * sin).to(T)`.
 #pragma once
 
-#include <kernkit/rows.cuh>  // device::rows::load_index, rows::verify_heads
+#include <kernkit/rows.cuh>  // device::rows::load_index, rows::verify_heads, in_size_mask
 #include <kernkit/runtime.cuh>  // runtime::get_sm_count
 #include <kernkit/tensor.h>  // TensorMatcher, SymbolicSize, SymbolicDevice, check_no_overlap, data_ptr
 #include <kernkit/type.cuh>  // device::cast, fp16_t, bf16_t, fp32_t
@@ -277,10 +277,7 @@ inline int32_t blocks_per_sm(int64_t num_tokens) {
   if constexpr (kFewerBlocks == 0) {
     return kBlocksPerSM;
   } else {
-    int32_t bits = 0;
-    for (uint64_t v = static_cast<uint64_t>(num_tokens); v != 0; v >>= 1) ++bits;
-    const uint64_t bit = bits < 63 ? uint64_t{1} << bits : 0;
-    return (kFewerBlocks & bit) != 0 ? kFewerBlocksPerSM : kBlocksPerSM;
+    return rows::in_size_mask(kFewerBlocks, num_tokens) ? kFewerBlocksPerSM : kBlocksPerSM;
   }
 }
 

@@ -11,10 +11,10 @@ default's inputs; a candidate whose outputs differ from the default's (bit for b
 the op's stated bound) is reported and never chosen. The others are timed, ``--repeats`` times
 each, the candidates' runs interleaved: on a GPU, a CUDA graph of launches on inputs rotated
 beyond the L2; on the CPU (``--device cpu``: the emulator, for trying the machinery; its times
-say nothing about a GPU) by the clock. A candidate replaces the default only when its median is faster by more than the
-spread measured (the larger interquartile range of the two). The table is written to
-``<cache>/v2/tuning/<op>/<device>.json``, whose entries for other keys stay; Ctrl-C writes what
-is done.
+say nothing about a GPU) by the clock. A candidate replaces the default only when its median
+is faster by more than the spread measured (the larger interquartile range of the two). The
+table is written to ``<cache>/v2/tuning/<op>/<device>.json``, whose entries for other keys
+stay; Ctrl-C writes what is done.
 """
 
 from __future__ import annotations

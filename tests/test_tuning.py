@@ -537,3 +537,15 @@ def test_the_group_quant_serving_grid_has_one_shape_per_key():
     assert len(set(keys)) == len(keys) and len(grid) <= 150
     bench = group_quant_module.TUNED.bench(grid[2], "cpu")
     assert tuple(bench.key.values()) == keys[2] and len(bench.calls(None)) == 200
+
+
+def test_tune_compares_outputs_of_every_layout_the_scales_take_bit_for_bit():
+    """The column-major scales of one token are a view of stride 4 (packed UE8M0) or a column
+    of stride 8: ``tune`` compares their bytes all the same, and a one-bit change tells."""
+    words = torch.arange(14, dtype=torch.int32)
+    for scales in (torch.empty(14, 4, dtype=torch.int32).t()[:1], torch.empty(1, 8).t()[:, :1]):
+        scales.copy_(words[:scales.numel()].view(scales.shape).to(scales.dtype))
+        same = scales.clone()
+        assert tune_cli._same(group_quant_module.TUNED, [scales], [same])
+        same.view(torch.int32).view(-1)[-1] ^= 1
+        assert not tune_cli._same(group_quant_module.TUNED, [scales], [same])

@@ -69,8 +69,8 @@ def _same(tunable: Tunable, got: Sequence[torch.Tensor], want: Sequence[torch.Te
     if tunable.close is not None:
         return tunable.close(got, want)
     return len(got) == len(want) and all(
-        g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.flatten().view(torch.uint8),
-                                                                  w.flatten().view(torch.uint8))
+        g.shape == w.shape and g.dtype == w.dtype and torch.equal(g.flatten().contiguous().view(torch.uint8),
+                                                                  w.flatten().contiguous().view(torch.uint8))
         for g, w in zip(got, want, strict=True))
 
 

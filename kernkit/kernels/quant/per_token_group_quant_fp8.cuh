@@ -21,7 +21,7 @@
 #include <kernkit/vec.cuh>  // AlignedVector
 #include <kernkit/warp.cuh>  // warp::reduce_max
 
-#include <quant/per_token_quant_fp8.cuh>  // device::quant::divide, divide_by_recip, kRecipMinScale
+#include <quant/per_token_quant_fp8.cuh>  // device::quant::divide, divide_by_recip, divides_by_recip, store_e4m3
 
 #include <tvm/ffi/container/tensor.h>
 
@@ -72,6 +72,32 @@ KERNKIT_DEVICE float ue8m0_ceil(float scale) {
   if (b <= 0x00400000u) return __uint_as_float(0x00400000u);
   if ((b & 0x007fffffu) == 0u) return scale;
   return __uint_as_float((b & 0x7f800000u) + 0x00800000u);
+}
+
+/// \brief Store one group's `x / scale` as E4M3 by division (`divide`), reading the group's
+/// vectors again: the way of the scales `with_divide` leaves to the division (zero, below
+/// 2^-69, infinite or NaN), kept out of line so that the common way runs straight through.
+/// \tparam Layout The kernel's `GroupLayout`.
+/// \tparam kVecN Elements per vector access.
+/// \tparam T Input element type.
+/// \param dst The group's first fp8 value.
+/// \param src The group's first element of x.
+/// \param lane The thread's lane in its group.
+/// \param scale The group's scale.
+template <typename Layout, int kVecN, typename T>
+__device__ __attribute__((noinline)) void store_group_by_division(fp8_e4m3_t* __restrict__ dst,
+                                                                  const T* __restrict__ src, uint32_t lane,
+                                                                  float scale) {
+  const bool zero = scale == 0.0f;
+  KERNKIT_UNROLL
+  for (int64_t i = 0; i < Layout::kPerThread; ++i) {
+    AlignedVector<T, kVecN> in;
+    in.load(src, lane + i * Layout::kThreads);
+    float v[kVecN];
+    KERNKIT_UNROLL
+    for (int k = 0; k < kVecN; ++k) v[k] = cast<fp32_t>(in[k]);
+    store_e4m3(dst, lane + i * Layout::kThreads, v, [=](float x) { return divide(x, scale, zero); });
+  }
 }
 
 }  // namespace quant
@@ -161,12 +187,19 @@ __global__ void __launch_bounds__(device::quant::GroupLayout<kGroupSize, kVecN, 
       }
     }
 
-    device::quant::with_divide(scale, [&](auto divide) {
+    // `with_divide`'s two ways, the rare one out of line: inlined, its 16 divisions were laid
+    // out first and the common way behind a far branch
+    // (benchmark/results/group-quant-variants-h100-2026-12-07-faa2e98.md).
+    if (device::quant::divides_by_recip(scale)) {
+      const float recip = __frcp_rn(scale);
       KERNKIT_UNROLL
       for (int64_t i = 0; i < Layout::kPerThread; ++i) {
-        device::quant::store_e4m3(dst, lane + i * Layout::kThreads, v[i], divide);
+        device::quant::store_e4m3(dst, lane + i * Layout::kThreads, v[i],
+                                  [=](float x) { return device::quant::divide_by_recip(x, scale, recip); });
       }
-    });
+    } else {
+      device::quant::store_group_by_division<Layout, kVecN>(dst, src, lane, scale);
+    }
   }
 
   device::PDLTriggerSecondary<kUsePDL>();

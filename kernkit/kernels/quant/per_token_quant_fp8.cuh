@@ -76,6 +76,14 @@ KERNKIT_DEVICE float divide_by_recip(float x, float scale, float recip) {
   return x == 0.0f ? x : __fmaf_rn(e, recip, q0);
 }
 
+/// \brief Whether `with_divide` divides by `scale` from its reciprocal: a finite scale of
+/// 2^-69 or more.
+/// \param scale The row's scale.
+/// \return Whether `divide_by_recip` serves.
+KERNKIT_DEVICE bool divides_by_recip(float scale) {
+  return scale >= kRecipMinScale && scale <= 3.4028234663852886e38f;
+}
+
 /// \brief Call `f(divide)` with the one way to divide by `scale` a whole row (or group) takes:
 /// a branch per row, not per value. From the reciprocal where the scale allows (every finite
 /// scale of 2^-69 or more: a row whose max|x| is 2^-60 or more), else the division itself (a
@@ -84,7 +92,7 @@ KERNKIT_DEVICE float divide_by_recip(float x, float scale, float recip) {
 /// \param f Called once with a `float(float)` callable.
 template <typename F>
 KERNKIT_DEVICE void with_divide(float scale, F&& f) {
-  if (scale >= kRecipMinScale && scale <= 3.4028234663852886e38f) {
+  if (divides_by_recip(scale)) {
     const float recip = __frcp_rn(scale);
     f([=](float x) { return divide_by_recip(x, scale, recip); });
   } else {

@@ -59,16 +59,35 @@ def _moved(archive: Path, out: Path, new_dir: str, edit=None) -> Path:
     return _write(out, [{**entry, "dir": new_dir}], moved)
 
 
+def _exported(top: Path, dtypes: tuple[torch.dtype, ...]) -> tuple[Path, list[str]]:
+    """Build scale (emu) for each of ``dtypes`` in the cache ``top / "cache"``, starting no
+    detached maker for it, and export them to ``top / "x.tar.gz"``. Returns the archive and
+    the builds' directories relative to the cache's v2: what a module's tests share."""
+    from kernkit.jit import maker
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNKIT_CACHE_DIR", str(top / "cache"))
+        mp.setattr(maker, "_asked", set())
+        mp.setattr(maker, "_queued", [])
+        mp.setattr(maker, "start", lambda: None)
+        builds = [scale_spec(dtype, "emu").build().parent for dtype in dtypes]
+        assert tool.export_builds(top / "x.tar.gz") == len(dtypes)
+    return top / "x.tar.gz", [b.relative_to(top / "cache" / "v2").as_posix() for b in builds]
+
+
+@pytest.fixture(scope="module")
+def shipped_archive(tmp_path_factory) -> tuple[Path, str]:
+    """An archive of ``scale<fp32_t, false>`` (emu), made once for this module, and the build's
+    directory relative to the cache's v2."""
+    archive, builds = _exported(tmp_path_factory.mktemp("shipped"), (torch.float32,))
+    return archive, builds[0]
+
+
 @pytest.fixture
-def shipped(tmp_path, monkeypatch):
-    """An archive of ``scale<fp32_t, false>`` (emu) exported from cache ``a``; the test then runs
-    in cache ``b``. Yields (archive, the build's directory relative to the cache's v2)."""
-    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "a"))
-    build = scale_spec(torch.float32, "emu").build().parent
-    archive = tmp_path / "x.tar.gz"
-    assert tool.export_builds(archive) == 1
-    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    return archive, build.relative_to(tmp_path / "a" / "v2").as_posix()
+def shipped(shipped_archive, into_b) -> tuple[Path, str]:
+    """``shipped_archive``, for a test that runs in the empty cache ``b``. Yields (archive, the
+    build's directory relative to the cache's v2)."""
+    return shipped_archive
 
 
 def _import(*args: str, capsys) -> tuple[int, str, str]:
@@ -331,20 +350,8 @@ def test_a_malformed_archive_is_refused_whole_with_exit_2(tmp_path, shipped, cap
 
 @pytest.fixture(scope="module")
 def three_archive(tmp_path_factory) -> Path:
-    """An archive of scale's fp32, fp16 and bf16 builds (emu), made once for this module. No
-    detached maker is started for their cache."""
-    from kernkit.jit import maker
-
-    top = tmp_path_factory.mktemp("three")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KERNKIT_CACHE_DIR", str(top / "cache"))
-        mp.setattr(maker, "_asked", set())
-        mp.setattr(maker, "_queued", [])
-        mp.setattr(maker, "start", lambda: None)
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            scale_spec(dtype, "emu").build()
-        assert tool.export_builds(top / "x.tar.gz") == 3
-    return top / "x.tar.gz"
+    """An archive of scale's fp32, fp16 and bf16 builds (emu), made once for this module."""
+    return _exported(tmp_path_factory.mktemp("three"), (torch.float32, torch.float16, torch.bfloat16))[0]
 
 
 @pytest.fixture

@@ -241,6 +241,28 @@ def shipped_table(tables, tmp_path, monkeypatch):
     return archive
 
 
+@pytest.fixture(scope="module")
+def tuned_archive(tmp_path_factory):
+    """``shipped_table``'s archive, made once for the tests that only read it."""
+    top = tmp_path_factory.mktemp("tuned")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNKIT_CACHE_DIR", str(top / "cache"))
+        mp.setattr(tuning, "SHIPPED_DIR", top / "shipped")
+        rmsnorm_module._module.cache_clear()
+        _write(_table([_entry(HIDDEN, late_weight=True)]))
+        ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+        assert cache_tool.export_builds(top / "x.tar.gz") == 1
+    rmsnorm_module._module.cache_clear()  # later tests load the untuned build
+    tuning._entries.cache_clear()
+    return top / "x.tar.gz"
+
+
+@pytest.fixture
+def into_b(tmp_path, monkeypatch):
+    """The test runs in the cache ``b``, which does not exist yet."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+
+
 def _serve(cache_dir) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SERVE], capture_output=True, text=True,
                           env={**os.environ, "KERNKIT_CACHE_DIR": str(cache_dir), "KERNKIT_FREEZE": "error",
@@ -281,7 +303,7 @@ def _retabled(archive, out, data: bytes, sha256: str | None = None, path: str = 
 
 @pytest.mark.parametrize("kind", ["an int for a bool candidate", "an argument the op lacks", "another op's table",
                                   "not JSON", "nested 100,000 deep", "altered after export"])
-def test_a_table_an_import_cannot_trust_is_refused_by_name_and_not_written(shipped_table, tmp_path, kind):
+def test_a_table_an_import_cannot_trust_is_refused_by_name_and_not_written(tuned_archive, into_b, tmp_path, kind):
     good = json.dumps(_table([_entry(HIDDEN, late_weight=True)])).encode()
     sha256 = None
     if kind in HOSTILE:
@@ -297,17 +319,17 @@ def test_a_table_an_import_cannot_trust_is_refused_by_name_and_not_written(shipp
     mine = tmp_path / "b" / "v2" / "tuning" / "rmsnorm" / "t.json"
     mine.parent.mkdir(parents=True)
     mine.write_bytes(b"the local table")
-    done, refused, written = cache_tool.import_builds(_retabled(shipped_table, tmp_path / "y.tar.gz", data, sha256))
+    done, refused, written = cache_tool.import_builds(_retabled(tuned_archive, tmp_path / "y.tar.gz", data, sha256))
     assert len(done) == 1 and written == [] and len(refused) == 1 and refused[0].startswith("tuning/rmsnorm/t.json: ")
     assert mine.read_bytes() == b"the local table"
 
 
 @pytest.mark.parametrize("path", ["tuning/../../x.json", "tuning/rmsnorm/../t.json", "/tmp/t.json",
                                   "tuning/rmsnorm/sub/t.json", "tuning/rmsnorm/t.sh", "tuning/a b/t.json"])
-def test_an_index_naming_a_table_outside_the_tables_folder_is_refused_whole(shipped_table, tmp_path, path):
+def test_an_index_naming_a_table_outside_the_tables_folder_is_refused_whole(tuned_archive, into_b, tmp_path, path):
     data = json.dumps(_table([_entry(HIDDEN, late_weight=True)])).encode()
     with pytest.raises(cache_tool.ArchiveError, match="not a kernkit cache archive"):
-        cache_tool.import_builds(_retabled(shipped_table, tmp_path / "y.tar.gz", data, path=path))
+        cache_tool.import_builds(_retabled(tuned_archive, tmp_path / "y.tar.gz", data, path=path))
     assert not (tmp_path / "b").exists()
 
 

@@ -132,6 +132,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 @pytest.fixture
+def into_b(tmp_path, monkeypatch):
+    """The test runs in the cache ``b``, which does not exist yet (where it imports an archive
+    that a module-scoped fixture made in a cache of its own)."""
+    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    return tmp_path / "b"
+
+
+@pytest.fixture
 def empty_cache(tmp_path, monkeypatch):
     """An empty cache directory for one test."""
     cache = tmp_path / "cache"

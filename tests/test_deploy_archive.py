@@ -360,13 +360,6 @@ def three(three_archive, into_b) -> Path:
     return three_archive
 
 
-@pytest.fixture
-def into_b(tmp_path, monkeypatch) -> Path:
-    """The test runs in the cache ``b``, which does not exist yet."""
-    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
-    return tmp_path / "b"
-
-
 def _block(name: str, data: bytes) -> bytes:
     """One plain member of a tar stream: its header, then its data padded to whole blocks."""
     info = tarfile.TarInfo(name)

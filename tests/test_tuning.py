@@ -228,15 +228,21 @@ TUNED_BUILD = {"rmsnorm": (1 << 9, 0), "fused_add_rmsnorm": (0, 0)}  # late_weig
 SERVE = "import torch\nfrom kernkit import ops\nops.rmsnorm(torch.randn(1, 256), torch.ones(256))\n"
 
 
+def _export_tuned(archive):
+    """Write a table that tunes rmsnorm at one row into the current cache, build the tuned
+    build it picks, and export both to ``archive``; returns ``archive``."""
+    _write(_table([_entry(HIDDEN, late_weight=True)]))
+    ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    assert cache_tool.export_builds(archive) == 1
+    return archive
+
+
 @pytest.fixture
 def shipped_table(tables, tmp_path, monkeypatch):
     """A table that tunes rmsnorm at one row, the tuned build it picks, both exported from the
     cache the test started in; the test then runs in the empty cache ``b``. Yields the archive."""
-    _write(_table([_entry(HIDDEN, late_weight=True)]))
-    ops.rmsnorm(_x(1), torch.ones(HIDDEN))
+    archive = _export_tuned(tmp_path / "x.tar.gz")
     assert tables == [TUNED_BUILD]
-    archive = tmp_path / "x.tar.gz"
-    assert cache_tool.export_builds(archive) == 1
     monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
     return archive
 
@@ -249,18 +255,10 @@ def tuned_archive(tmp_path_factory):
         mp.setenv("KERNKIT_CACHE_DIR", str(top / "cache"))
         mp.setattr(tuning, "SHIPPED_DIR", top / "shipped")
         rmsnorm_module._module.cache_clear()
-        _write(_table([_entry(HIDDEN, late_weight=True)]))
-        ops.rmsnorm(_x(1), torch.ones(HIDDEN))
-        assert cache_tool.export_builds(top / "x.tar.gz") == 1
+        archive = _export_tuned(top / "x.tar.gz")
     rmsnorm_module._module.cache_clear()  # later tests load the untuned build
     tuning._entries.cache_clear()
-    return top / "x.tar.gz"
-
-
-@pytest.fixture
-def into_b(tmp_path, monkeypatch):
-    """The test runs in the cache ``b``, which does not exist yet."""
-    monkeypatch.setenv("KERNKIT_CACHE_DIR", str(tmp_path / "b"))
+    return archive
 
 
 def _serve(cache_dir) -> subprocess.CompletedProcess:

@@ -90,7 +90,7 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, ceiling: f
             "torch eager": lambda c, qs=qs, ks=ks: torch_qk_norm(qs[c], ks[c], wq, wk),
             "torch.compile": lambda c, qs=qs, ks=ks: compiled(qs[c], ks[c], wq, wk),
         }
-        us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+        us = common.graph_times_us_by(fns, calls)
         tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
         for m in methods:
             series[m].append(tbs[m])

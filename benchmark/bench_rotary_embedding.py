@@ -89,7 +89,7 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
             "torch eager": lambda c, ps=ps, qs=qs, ks=ks: torch_rope(ps[c], qs[c], ks[c], cache, d),
             "torch.compile": lambda c, ps=ps, qs=qs, ks=ks: compiled(ps[c], qs[c], ks[c], cache, d),
         }
-        us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+        us = common.graph_times_us_by(fns, calls)
         tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
         for m in methods:
             series[m].append(tbs[m])

@@ -115,7 +115,7 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, pool: int,
             "torch.compile": lambda c, ps=ps, qs=qs, ks=ks, vs=vs, ls=ls: compiled(
                 ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c]),
         }
-        us = {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
+        us = common.graph_times_us_by(fns, calls)
         tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
         for m in methods:
             series[m].append(tbs[m])

@@ -409,10 +409,6 @@ def torch_rope(positions, q, k, cache, is_neox: bool) -> None:
             t.copy_(torch.stack([x * cos - y * sin, y * cos + x * sin], -1).flatten(-2))
 
 
-def _times(fns: dict, calls: int) -> dict[str, float]:
-    return {m: common.graph_time_us([lambda c=c, f=f: f(c) for c in range(calls)]) for m, f in fns.items()}
-
-
 def _ratio(us: dict) -> float:
     return us["kernkit"] / us["sglang"] if "sglang" in us else float("nan")
 
@@ -430,7 +426,7 @@ def bench_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
                 fns["sglang"] = lambda c, xs=xs, w=w, sg=sg: sg(xs[c], w, xs[c], EPS)
             if compiled is not None and tokens in COMPILE_TOKENS and hidden in (4096, 5120):
                 fns["torch.compile"] = lambda c, xs=xs, w=w: compiled(xs[c], w)
-            us = _times(fns, calls)
+            us = common.graph_times_us_by(fns, calls)
             rows.append([hidden, tokens, *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                          _ratio(us)])
             del xs, fns
@@ -452,7 +448,7 @@ def bench_fused_add_rmsnorm(sgl: Sglang | None, compile_: bool, g: Grids) -> lis
             fns = {"kernkit": lambda c, xs=xs, rs=rs, w=w: ops.fused_add_rmsnorm(xs[c], rs[c], w, EPS)}
             if sg is not None:
                 fns["sglang"] = lambda c, xs=xs, rs=rs, w=w, sg=sg: sg(xs[c], rs[c], w, EPS)
-            us = _times(fns, calls)
+            us = common.graph_times_us_by(fns, calls)
             rows.append([hidden, tokens, us["kernkit"], us.get("sglang", float("nan")), _ratio(us)])
             del xs, rs, fns
     return ["## fused_add_rmsnorm, bf16, in place (us per call)", "",
@@ -474,7 +470,7 @@ def bench_store_cache(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]
             fns = {"kernkit": lambda c, ks=ks, vs=vs, ls=ls, kc=kc, vc=vc: ops.store_cache(kc, vc, ls[c], ks[c], vs[c])}
             if sg is not None:
                 fns["sglang"] = lambda c, ks=ks, vs=vs, ls=ls, kc=kc, vc=vc: sg(ks[c], vs[c], kc, vc, ls[c])
-            us = _times(fns, calls)
+            us = common.graph_times_us_by(fns, calls)
             rows.append([row_bytes, tokens, us["kernkit"], us.get("sglang", float("nan")), _ratio(us)])
             del ks, vs, ls, fns
         del kc, vc
@@ -505,7 +501,7 @@ def bench_qknorm(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
                         fns["sglang"] = lambda c, qs=qs, ks=ks, wq=wq, wk=wk: sg(qs[c], ks[c], wq, wk, EPS)
                     if compiled is not None and tokens in COMPILE_TOKENS and (gqa, kv) == (8, 8) and head_dim <= 256:
                         fns["torch.compile"] = lambda c, qs=qs, ks=ks, wq=wq, wk=wk: compiled(qs[c], ks[c], wq, wk)
-                    us = _times(fns, calls)
+                    us = common.graph_times_us_by(fns, calls)
                     rows.append([head_dim, gqa, kv, tokens,
                                  *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                                  _ratio(us)])
@@ -541,7 +537,7 @@ def bench_rotary_embedding(sgl: Sglang | None, compile_: bool, g: Grids) -> list
                 if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
                     fns["torch.compile"] = lambda c, ps=ps, qs=qs, ks=ks, is_neox=is_neox: compiled(
                         ps[c], qs[c], ks[c], cache, is_neox)
-                us = _times(fns, calls)
+                us = common.graph_times_us_by(fns, calls)
                 rows.append([f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
                              *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                              _ratio(us)])
@@ -610,7 +606,7 @@ def _rope_store_row(sgl, compiled, cache, kc, vc, hq: int, hk: int, is_neox: boo
         fns["sglang rope + store"] = sgl_pair
     if compiled is not None and tokens in COMPILE_TOKENS and (hq, hk) == (32, 8) and is_neox:
         fns["torch.compile"] = lambda c: compiled(ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c], is_neox)
-    us = _times(fns, calls)
+    us = common.graph_times_us_by(fns, calls)
     return [f"{hq},{hk}", "neox" if is_neox else "gpt-j", tokens,
             *(us.get(m, float("nan")) for m in names),
             _ratio(us), us["kernkit"] / us["kernkit rope + store"],
@@ -658,7 +654,7 @@ def time_group_quant(sgl, compiled, column_major: bool, ue8m0: bool, hidden: int
         fns["sglang"] = lambda c: sg(xs[c], qs[c], ss[c], GROUP_QUANT_SIZE, ue8m0)
     if compiled is not None and tokens in COMPILE_TOKENS and hidden == 7168:
         fns["torch.compile"] = lambda c: compiled(xs[c], column_major, ue8m0)
-    us = _times(fns, calls)
+    us = common.graph_times_us_by(fns, calls)
     return [*(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")), _ratio(us), moved / 1e6,
             moved / (us["kernkit"] * 1e-6)]
 
@@ -717,7 +713,7 @@ def bench_act(sgl: Sglang | None, compile_: bool, g: Grids) -> list[str]:
                     fns["sglang"] = lambda c, xs=xs, outs=outs, sg=sg: sg(xs[c], outs[c])
                 if compiled is not None and tokens in COMPILE_TOKENS and d == 14336:
                     fns["torch.compile"] = lambda c, xs=xs, compiled=compiled: compiled(xs[c])
-                us = _times(fns, calls)
+                us = common.graph_times_us_by(fns, calls)
                 rows.append([act, d, tokens, *(us.get(m, float("nan")) for m in ("kernkit", "sglang", "torch.compile")),
                              _ratio(us), 100 * moved / (us["kernkit"] * 1e-6) / (bw * 1e12)])
                 del xs, outs, fns

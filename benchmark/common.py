@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from kernkit.jit.tuning import graph_times_us
+from kernkit.jit.tuning import graph_times_us, graph_times_us_each
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -42,6 +42,17 @@ def graph_time_us(calls: Sequence[Callable[[], object]], replays: int = 30, warm
     (each should use its own inputs), over ``replays`` replays after ``warmup``: the timer
     ``tune`` uses (``kernkit.jit.tuning.graph_times_us``)."""
     return statistics.median(graph_times_us(calls, replays, warmup))
+
+
+def graph_times_us_by(fns: Mapping[str, Callable[[int], object]], calls: int, replays: int = 30,
+                      warmup: int = 3) -> dict[str, float]:
+    """Median time per call, in microseconds, of each method ``fns[name]``: one CUDA graph of
+    ``fns[name](c)`` for ``c`` in ``range(calls)`` (call ``c`` on input copy ``c``), the graphs'
+    replays interleaved (``graph_times_us_each``), so that a drift of the GPU's clock during a
+    row falls on every method alike and not on the one timed last."""
+    names = list(fns)
+    times = graph_times_us_each([[lambda c=c, f=fns[m]: f(c) for c in range(calls)] for m in names], replays, warmup)
+    return {m: statistics.median(t) for m, t in zip(names, times, strict=True)}
 
 
 def allow_recompiles(limit: int = 64) -> None:

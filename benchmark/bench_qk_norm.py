@@ -78,8 +78,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, ceiling: f
     wq = torch.randn(d, device="cuda").to(dtype)
     wk = torch.randn(d, device="cuda").to(dtype)
     compiled = torch.compile(torch_qk_norm, dynamic=False)
-    methods = ("kernkit", "torch eager", "torch.compile")
-    rows, series = [], {m: [] for m in methods}
+    rows: list[list] = []
+    series: dict[str, list[float]] = {}
     for tokens in tokens_list:
         per_call = (2 * tokens * (hq + hk) * d + 2 * d) * dtype.itemsize
         calls = common.calls_for(per_call, max_calls=400)
@@ -90,13 +90,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, ceiling: f
             "torch eager": lambda c, qs=qs, ks=ks: torch_qk_norm(qs[c], ks[c], wq, wk),
             "torch.compile": lambda c, qs=qs, ks=ks: compiled(qs[c], ks[c], wq, wk),
         }
-        us = common.graph_times_us_by(fns, calls)
-        tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
-        for m in methods:
-            series[m].append(tbs[m])
-        rows.append([tokens, *(us[m] for m in methods), *(tbs[m] for m in methods),
-                     100.0 * tbs["kernkit"] / ceiling])
-        print(f"{name} tokens={tokens:>6}  " + "  ".join(f"{m} {us[m]:8.2f} us" for m in methods), flush=True)
+        rows.append(common.bandwidth_row(name, tokens, common.graph_times_us_by(fns, calls), per_call, ceiling,
+                                         series))
         del qs, ks, fns
         torch.cuda.empty_cache()
     return rows, series
@@ -132,13 +127,11 @@ def main() -> None:
               "- bytes per call: q and k read + written, both weights read",
               f"- eps {EPS}; torch eager and torch.compile run the same function (fp32 math, rounded once, in place)",
               ""]
-    columns = ["tokens", "kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
-               "kernkit % of copy"]
     for name in args.models.split(","):
         rows, series = time_model(name, tokens_list, dtype, ceiling)
         hq, hk, d = MODELS[name]
         lines += [f"## {name}: {hq} q heads, {hk} kv heads, head_dim {d}", ""]
-        lines += common.markdown_table(columns, rows) + [""]
+        lines += common.markdown_table(common.BANDWIDTH_COLUMNS, rows) + [""]
         common.plot_bandwidth(args.out / f"qk_norm_{name}_{args.dtype}.png", f"qk_norm {name} {args.dtype}",
                               [r[0] for r in rows], series, ceiling)
     common.write_report(args.out, f"qk_norm_{args.dtype}.md", lines)

@@ -76,8 +76,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
     hq, hk, d = MODELS[name]
     cache = make_cache(d, cache_dtype, "cuda")
     compiled = torch.compile(torch_rope, dynamic=False)
-    methods = ("kernkit", "torch eager", "torch.compile")
-    rows, series = [], {m: [] for m in methods}
+    rows: list[list] = []
+    series: dict[str, list[float]] = {}
     for tokens in tokens_list:
         per_call = 2 * tokens * (hq + hk) * d * dtype.itemsize + tokens * 8 + tokens * d * cache_dtype.itemsize
         calls = common.calls_for(per_call, max_calls=200)
@@ -89,13 +89,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
             "torch eager": lambda c, ps=ps, qs=qs, ks=ks: torch_rope(ps[c], qs[c], ks[c], cache, d),
             "torch.compile": lambda c, ps=ps, qs=qs, ks=ks: compiled(ps[c], qs[c], ks[c], cache, d),
         }
-        us = common.graph_times_us_by(fns, calls)
-        tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
-        for m in methods:
-            series[m].append(tbs[m])
-        rows.append([tokens, *(us[m] for m in methods), *(tbs[m] for m in methods),
-                     100.0 * tbs["kernkit"] / ceiling])
-        print(f"{name} tokens={tokens:>6}  " + "  ".join(f"{m} {us[m]:8.2f} us" for m in methods), flush=True)
+        rows.append(common.bandwidth_row(name, tokens, common.graph_times_us_by(fns, calls), per_call, ceiling,
+                                         series))
         del qs, ks, ps, fns
         torch.cuda.empty_cache()
     return rows, series
@@ -133,13 +128,11 @@ def main() -> None:
     lines += [f"- device copy bandwidth: {ceiling:.3f} TB/s",
               f"- host cost per rotary_embedding call (16 tokens, Llama-3-8B heads): {host:.2f} us",
               "- bytes per call: rotated q and k read + written, positions and one cache row per token read", ""]
-    columns = ["tokens", "kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
-               "kernkit % of copy"]
     for name in args.models.split(","):
         rows, series = time_model(name, tokens_list, dtype, cache_dtype, ceiling)
         hq, hk, d = MODELS[name]
         lines += [f"## {name}: {hq} q heads, {hk} kv heads, head_dim {d}", ""]
-        lines += common.markdown_table(columns, rows) + [""]
+        lines += common.markdown_table(common.BANDWIDTH_COLUMNS, rows) + [""]
         common.plot_bandwidth(args.out / f"rope_{name}_{args.dtype}.png", f"rotary_embedding {name} {args.dtype}",
                               [r[0] for r in rows], series, ceiling)
     common.write_report(args.out, f"rope_{args.dtype}.md", lines)

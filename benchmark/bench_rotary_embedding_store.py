@@ -96,8 +96,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, pool: int,
     kc = torch.zeros(pool, hk * d, device="cuda", dtype=dtype)
     vc = torch.zeros_like(kc)
     compiled = torch.compile(torch_rope_store, dynamic=False)
-    methods = ("kernkit", "torch eager", "torch.compile")
-    rows, series = [], {m: [] for m in methods}
+    rows: list[list] = []
+    series: dict[str, list[float]] = {}
     for tokens in tokens_list:
         e = dtype.itemsize
         per_call = 2 * tokens * (hq + hk) * d * e + 3 * tokens * hk * d * e + tokens * (16 + 4 * d)
@@ -115,13 +115,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, pool: int,
             "torch.compile": lambda c, ps=ps, qs=qs, ks=ks, vs=vs, ls=ls: compiled(
                 ps[c], qs[c], ks[c], vs[c], cache, kc, vc, ls[c]),
         }
-        us = common.graph_times_us_by(fns, calls)
-        tbs = {m: per_call / (us[m] * 1e-6) / 1e12 for m in methods}
-        for m in methods:
-            series[m].append(tbs[m])
-        rows.append([tokens, *(us[m] for m in methods), *(tbs[m] for m in methods),
-                     100.0 * tbs["kernkit"] / ceiling])
-        print(f"{name} tokens={tokens:>6}  " + "  ".join(f"{m} {us[m]:8.2f} us" for m in methods), flush=True)
+        rows.append(common.bandwidth_row(name, tokens, common.graph_times_us_by(fns, calls), per_call, ceiling,
+                                         series))
         del qs, ks, vs, ps, ls, fns
         torch.cuda.empty_cache()
     return rows, series
@@ -165,13 +160,11 @@ def main() -> None:
               "- bytes per call: q and k read + written, v read, k and v written to the caches, positions, cache "
               "rows and one cos/sin row per token read",
               f"- K and V caches of {pool} rows each; every call writes distinct random rows", ""]
-    columns = ["tokens", "kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
-               "kernkit % of copy"]
     for name in args.models.split(","):
         rows, series = time_model(name, tokens_list, dtype, pool, ceiling)
         hq, hk, d = MODELS[name]
         lines += [f"## {name}: {hq} q heads, {hk} kv heads, head_dim {d}", ""]
-        lines += common.markdown_table(columns, rows) + [""]
+        lines += common.markdown_table(common.BANDWIDTH_COLUMNS, rows) + [""]
         common.plot_bandwidth(args.out / f"rope_store_{name}_{args.dtype}.png",
                               f"rotary_embedding_store {name} {args.dtype}", [r[0] for r in rows], series, ceiling)
     common.write_report(args.out, f"rotary_embedding_store_{args.dtype}.md", lines)

@@ -71,11 +71,11 @@ def time_case(act: str, dtype: torch.dtype, tokens: int, d: int, compiled) -> tu
     xs = torch.randn(calls, tokens, 2 * d, device="cuda").to(dtype)
     outs = torch.empty(calls, tokens, d, device="cuda", dtype=dtype)
     kk_call, eager = kernkit_fn(act), torch_fn(act)
-    kk = common.graph_time_us([lambda c=c, xs=xs, outs=outs: kk_call(xs[c], outs[c]) for c in range(calls)])
-    th = common.graph_time_us([lambda c=c, xs=xs: eager(xs[c]) for c in range(calls)])
-    tc = float("nan")
+    fns = {"kernkit": lambda c, xs=xs, outs=outs: kk_call(xs[c], outs[c]), "torch eager": lambda c, xs=xs: eager(xs[c])}
     if compiled is not None:
-        tc = common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c]) for c in range(calls)])
+        fns["torch.compile"] = lambda c, xs=xs: compiled(xs[c])
+    us = common.graph_times_us_by(fns, calls)
+    kk, th, tc = us["kernkit"], us["torch eager"], us.get("torch.compile", float("nan"))
     del xs, outs
     torch.cuda.empty_cache()
     return kk, th, tc, per_call

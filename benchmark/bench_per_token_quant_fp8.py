@@ -54,22 +54,17 @@ def time_shapes(args, dtype, ceiling) -> tuple[list, dict]:
     compiled = torch.compile(ref.ref_per_token_quant_fp8, dynamic=False)
     rows, series = [], {}
     for hidden in args.hidden:
-        s = series.setdefault(hidden, {"kernkit": [], "torch eager": [], "torch.compile": []})
+        s = series.setdefault(hidden, {})
         for tokens in args.tokens:
             per_call = tokens * (hidden * (dtype.itemsize + 1) + 4)
             calls = common.calls_for(per_call, max_calls=200)
             xs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
             outs = torch.empty(calls, tokens, hidden, device="cuda", dtype=torch.float8_e4m3fn)
-            kk = common.graph_time_us([lambda c=c, xs=xs, outs=outs: per_token_quant_fp8(xs[c], out=outs[c])
-                                       for c in range(calls)])
-            ea = common.graph_time_us([lambda c=c, xs=xs: eager(xs[c]) for c in range(calls)])
-            co = common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c]) for c in range(calls)])
-            tbs = [per_call / (us * 1e-6) / 1e12 for us in (kk, ea, co)]
-            for name, v in zip(s, tbs, strict=True):
-                s[name].append(v)
-            rows.append([tokens, hidden, kk, ea, co, *tbs, 100 * tbs[0] / ceiling])
-            print(f"tokens={tokens:>6} hidden={hidden:>6}  kernkit {kk:9.2f} us  eager {ea:9.2f} us  "
-                  f"compile {co:9.2f} us", flush=True)
+            fns = {"kernkit": lambda c, xs=xs, outs=outs: per_token_quant_fp8(xs[c], out=outs[c]),
+                   "torch eager": lambda c, xs=xs: eager(xs[c]),
+                   "torch.compile": lambda c, xs=xs: compiled(xs[c])}
+            rows.append(common.bandwidth_row(f"tokens={tokens:>6} hidden={hidden:>6}", [tokens, hidden],
+                                             common.graph_times_us_by(fns, calls), per_call, ceiling, s))
             del xs, outs
             torch.cuda.empty_cache()
     return rows, series
@@ -102,8 +97,7 @@ def main() -> None:
     lines += [f"- device copy bandwidth: {ceiling:.3f} TB/s (measured in this run)",
               f"- host cost per call (16 x {args.hidden[0]}, allocating q and scales): {host:.2f} us",
               "- bytes per call: tokens x (hidden x (element size + 1) + 4), read + written once", ""]
-    lines += common.markdown_table(["tokens", "hidden", "kernkit us", "eager us", "compile us", "kernkit TB/s",
-                                    "eager TB/s", "compile TB/s", "kernkit % of copy"], rows)
+    lines += common.markdown_table(["tokens", "hidden", *common.BANDWIDTH_COLUMNS], rows)
     common.write_report(args.out, f"per_token_quant_fp8_{args.dtype}.md", lines)
     for hidden, s in series.items():
         common.plot_bandwidth(args.out / f"per_token_quant_fp8_{args.dtype}_h{hidden}.png",

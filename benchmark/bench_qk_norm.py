@@ -90,8 +90,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, ceiling: f
             "torch eager": lambda c, qs=qs, ks=ks: torch_qk_norm(qs[c], ks[c], wq, wk),
             "torch.compile": lambda c, qs=qs, ks=ks: compiled(qs[c], ks[c], wq, wk),
         }
-        rows.append(common.bandwidth_row(name, tokens, common.graph_times_us_by(fns, calls), per_call, ceiling,
-                                         series))
+        rows.append(common.bandwidth_row(f"{name} tokens={tokens:>6}", [tokens], common.graph_times_us_by(fns, calls),
+                                         per_call, ceiling, series))
         del qs, ks, fns
         torch.cuda.empty_cache()
     return rows, series
@@ -131,7 +131,7 @@ def main() -> None:
         rows, series = time_model(name, tokens_list, dtype, ceiling)
         hq, hk, d = MODELS[name]
         lines += [f"## {name}: {hq} q heads, {hk} kv heads, head_dim {d}", ""]
-        lines += common.markdown_table(common.BANDWIDTH_COLUMNS, rows) + [""]
+        lines += common.markdown_table(["tokens", *common.BANDWIDTH_COLUMNS], rows) + [""]
         common.plot_bandwidth(args.out / f"qk_norm_{name}_{args.dtype}.png", f"qk_norm {name} {args.dtype}",
                               [r[0] for r in rows], series, ceiling)
     common.write_report(args.out, f"qk_norm_{args.dtype}.md", lines)

@@ -71,10 +71,6 @@ def check(device: str, dtype: torch.dtype, hiddens: list[int]) -> None:
     print(f"checked rmsnorm and fused_add_rmsnorm against the torch reference on {device}", flush=True)
 
 
-def _bandwidth(nbytes: int, us: float) -> float:
-    return nbytes / (us * 1e-6) / 1e12
-
-
 def time_rmsnorm(dtype, hidden, tokens, compiled) -> tuple[int, dict[str, float]]:
     """Per-call us of kernkit, torch eager and torch.compile for one shape; the bytes per call."""
     e = dtype.itemsize
@@ -83,12 +79,9 @@ def time_rmsnorm(dtype, hidden, tokens, compiled) -> tuple[int, dict[str, float]
     xs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
     outs = torch.empty_like(xs)
     w = torch.randn(hidden, device="cuda").to(dtype)
-    res = {
-        "kernkit": common.graph_time_us([lambda c=c, xs=xs, outs=outs: rmsnorm(xs[c], w, EPS, out=outs[c])
-                                         for c in range(calls)]),
-        "torch eager": common.graph_time_us([lambda c=c, xs=xs: torch_rmsnorm(xs[c], w) for c in range(calls)]),
-        "torch.compile": common.graph_time_us([lambda c=c, xs=xs: compiled(xs[c], w) for c in range(calls)]),
-    }
+    res = common.graph_times_us_by({"kernkit": lambda c, xs=xs, outs=outs: rmsnorm(xs[c], w, EPS, out=outs[c]),
+                                    "torch eager": lambda c, xs=xs: torch_rmsnorm(xs[c], w),
+                                    "torch.compile": lambda c, xs=xs: compiled(xs[c], w)}, calls)
     del xs, outs
     torch.cuda.empty_cache()
     return per_call, res
@@ -101,14 +94,9 @@ def time_fused(dtype, hidden, tokens, compiled) -> tuple[int, dict[str, float]]:
     xs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
     rs = torch.randn(calls, tokens, hidden, device="cuda").to(dtype)
     w = torch.randn(hidden, device="cuda").to(dtype)
-    res = {
-        "kernkit": common.graph_time_us([lambda c=c, xs=xs, rs=rs: fused_add_rmsnorm(xs[c], rs[c], w, EPS)
-                                         for c in range(calls)]),
-        "torch eager": common.graph_time_us([lambda c=c, xs=xs, rs=rs: torch_fused_add_rmsnorm(xs[c], rs[c], w)
-                                             for c in range(calls)]),
-        "torch.compile": common.graph_time_us([lambda c=c, xs=xs, rs=rs: compiled(xs[c], rs[c], w)
-                                               for c in range(calls)]),
-    }
+    res = common.graph_times_us_by({"kernkit": lambda c, xs=xs, rs=rs: fused_add_rmsnorm(xs[c], rs[c], w, EPS),
+                                    "torch eager": lambda c, xs=xs, rs=rs: torch_fused_add_rmsnorm(xs[c], rs[c], w),
+                                    "torch.compile": lambda c, xs=xs, rs=rs: compiled(xs[c], rs[c], w)}, calls)
     del xs, rs
     torch.cuda.empty_cache()
     return per_call, res
@@ -120,14 +108,9 @@ def run_op(name, timer, compiled, dtype, hiddens, tokens_list, ceiling) -> list[
     for hidden in hiddens:
         for tokens in tokens_list:
             nbytes, res = timer(dtype, hidden, tokens, compiled)
-            tbs = {k: _bandwidth(nbytes, us) for k, us in res.items()}
-            rows.append([hidden, tokens, res["kernkit"], res["torch eager"], res["torch.compile"], tbs["kernkit"],
-                         tbs["torch eager"], tbs["torch.compile"], 100 * tbs["kernkit"] / ceiling])
-            print(f"{name} hidden={hidden:>5} tokens={tokens:>6}  kernkit {res['kernkit']:8.2f} us  eager "
-                  f"{res['torch eager']:8.2f} us  compile {res['torch.compile']:8.2f} us", flush=True)
-    cols = ["hidden", "tokens", "kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
-            "kernkit % of copy"]
-    return [f"## {name}", ""] + common.markdown_table(cols, rows) + [""]
+            rows.append(common.bandwidth_row(f"{name} hidden={hidden:>5} tokens={tokens:>6}", [hidden, tokens], res,
+                                             nbytes, ceiling, {}))
+    return [f"## {name}", ""] + common.markdown_table(["hidden", "tokens", *common.BANDWIDTH_COLUMNS], rows) + [""]
 
 
 def main() -> None:

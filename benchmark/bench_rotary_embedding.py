@@ -89,8 +89,8 @@ def time_model(name: str, tokens_list: list[int], dtype: torch.dtype, cache_dtyp
             "torch eager": lambda c, ps=ps, qs=qs, ks=ks: torch_rope(ps[c], qs[c], ks[c], cache, d),
             "torch.compile": lambda c, ps=ps, qs=qs, ks=ks: compiled(ps[c], qs[c], ks[c], cache, d),
         }
-        rows.append(common.bandwidth_row(name, tokens, common.graph_times_us_by(fns, calls), per_call, ceiling,
-                                         series))
+        rows.append(common.bandwidth_row(f"{name} tokens={tokens:>6}", [tokens], common.graph_times_us_by(fns, calls),
+                                         per_call, ceiling, series))
         del qs, ks, ps, fns
         torch.cuda.empty_cache()
     return rows, series
@@ -132,7 +132,7 @@ def main() -> None:
         rows, series = time_model(name, tokens_list, dtype, cache_dtype, ceiling)
         hq, hk, d = MODELS[name]
         lines += [f"## {name}: {hq} q heads, {hk} kv heads, head_dim {d}", ""]
-        lines += common.markdown_table(common.BANDWIDTH_COLUMNS, rows) + [""]
+        lines += common.markdown_table(["tokens", *common.BANDWIDTH_COLUMNS], rows) + [""]
         common.plot_bandwidth(args.out / f"rope_{name}_{args.dtype}.png", f"rotary_embedding {name} {args.dtype}",
                               [r[0] for r in rows], series, ceiling)
     common.write_report(args.out, f"rope_{args.dtype}.md", lines)

@@ -55,21 +55,22 @@ def graph_times_us_by(fns: Mapping[str, Callable[[int], object]], calls: int, re
     return {m: statistics.median(t) for m, t in zip(names, times, strict=True)}
 
 
-#: The columns of a per-op benchmark's table (``bandwidth_row``).
-BANDWIDTH_COLUMNS = ["tokens", "kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
+#: The columns of a per-op benchmark's table after its shape's (``bandwidth_row``).
+BANDWIDTH_COLUMNS = ["kernkit us", "eager us", "compile us", "kernkit TB/s", "eager TB/s", "compile TB/s",
                      "kernkit % of copy"]
 
 
-def bandwidth_row(label: str, tokens: int, us: Mapping[str, float], moved: int, ceiling_tbs: float,
+def bandwidth_row(label: str, shape: Sequence[object], us: Mapping[str, float], moved: int, ceiling_tbs: float,
                   series: dict[str, list[float]]) -> list:
-    """One row of ``BANDWIDTH_COLUMNS`` from the times ``us`` of kernkit, torch eager and
-    torch.compile (in that order) for calls that move ``moved`` bytes each: appends each
-    method's TB/s to ``series`` and prints the times under ``label``."""
+    """One row of a per-op benchmark's table: the ``shape`` columns, then ``BANDWIDTH_COLUMNS``
+    from the times ``us`` of kernkit, torch eager and torch.compile (in that order) for calls
+    that move ``moved`` bytes each. Appends each method's TB/s to ``series`` and prints the
+    times after ``label``."""
     tbs = {m: moved / (t * 1e-6) / 1e12 for m, t in us.items()}
     for m, v in tbs.items():
         series.setdefault(m, []).append(v)
-    print(f"{label} tokens={tokens:>6}  " + "  ".join(f"{m} {t:8.2f} us" for m, t in us.items()), flush=True)
-    return [tokens, *us.values(), *tbs.values(), 100.0 * tbs["kernkit"] / ceiling_tbs]
+    print(f"{label}  " + "  ".join(f"{m} {t:9.2f} us" for m, t in us.items()), flush=True)
+    return [*shape, *us.values(), *tbs.values(), 100.0 * tbs["kernkit"] / ceiling_tbs]
 
 
 def allow_recompiles(limit: int = 64) -> None:
